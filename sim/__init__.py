@@ -1,0 +1,1 @@
+"""pagedsim: sim."""
