@@ -18,6 +18,10 @@ BlockId = int
 CopyPlan = list[tuple[BlockId, BlockId]]
 
 
+class NoFreeBlocksError(RuntimeError):
+    """An action was asked for although its ``can_X()`` query said no (no space for it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ManagerConfig:
     """Everything a manager needs to build itself; the simulator fills it from its options.
@@ -91,11 +95,14 @@ class MemorySnapshot:
     )
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value < 0:
-                raise ValueError(f"MemorySnapshot.{f.name} is negative: {value}")
-        total = sum(getattr(self, name) for name in self.CATEGORIES)
+        # Built once per simulated step: plain arithmetic, no dataclasses.fields() walk.
+        total = (
+            self.token_states + self.reserved + self.internal_frag
+            + self.cached_evictable + self.external_frag + self.free
+        )
+        if min(self.token_states, self.reserved, self.internal_frag, self.cached_evictable,
+               self.external_frag, self.free, self.logical_slots, self.null_slots) < 0:
+            raise ValueError(f"MemorySnapshot has a negative category: {self}")
         if total != self.capacity:
             raise ValueError(
                 f"MemorySnapshot categories sum to {total}, capacity is {self.capacity}: "
@@ -134,6 +141,8 @@ class KVManager(Protocol):
     def free(self, request: Request) -> None: ...
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]: ...
+
+    def can_fork(self, parent_request: Request, child_request: Request) -> bool: ...
 
     def fork(self, parent_request: Request, child_request: Request) -> None: ...
 

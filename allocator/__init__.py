@@ -1,0 +1,71 @@
+"""pagedsim's allocator: an exact pure-Python port of vLLM v0.14's KV-cache block management.
+
+The package imports only the standard library. ``BlockTable`` (slot mapping for kernels) needs
+numpy and is loaded lazily on first access, so ``import allocator`` stays numpy-free.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from allocator.block import BlockId, KVCacheBlock
+from allocator.block_pool import BlockHashToBlockMap, BlockPool
+from allocator.free_queue import FreeKVCacheBlockQueue
+from allocator.hashing import (
+    BlockHash,
+    BlockHashWithGroupId,
+    get_hash_fn_by_name,
+    get_request_block_hasher,
+    hash_block_tokens,
+    init_none_hash,
+    sha256,
+    sha256_cbor,
+)
+from allocator.kv_cache_blocks import KVCacheBlocks
+from allocator.kv_cache_manager import KVCacheManager
+from allocator.kv_cache_spec import FullAttentionSpec, KVCacheConfig, SlidingWindowSpec
+from allocator.request import Request
+from allocator.single_type_manager import (
+    FullAttentionManager,
+    SingleTypeKVCacheManager,
+    SlidingWindowManager,
+)
+from allocator.stats import CachingMetrics, PrefixCacheStats
+
+if TYPE_CHECKING:
+    from allocator.block_table import BlockTable as BlockTable
+
+# BlockTable is left out of __all__ so that "from allocator import *" stays numpy-free.
+__all__ = [
+    "BlockHash",
+    "BlockHashToBlockMap",
+    "BlockHashWithGroupId",
+    "BlockId",
+    "BlockPool",
+    "CachingMetrics",
+    "FreeKVCacheBlockQueue",
+    "FullAttentionManager",
+    "FullAttentionSpec",
+    "KVCacheBlock",
+    "KVCacheBlocks",
+    "KVCacheConfig",
+    "KVCacheManager",
+    "PrefixCacheStats",
+    "Request",
+    "SingleTypeKVCacheManager",
+    "SlidingWindowManager",
+    "SlidingWindowSpec",
+    "get_hash_fn_by_name",
+    "get_request_block_hasher",
+    "hash_block_tokens",
+    "init_none_hash",
+    "sha256",
+    "sha256_cbor",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BlockTable":
+        from allocator.block_table import BlockTable
+
+        return BlockTable
+    raise AttributeError(f"module 'allocator' has no attribute {name!r}")

@@ -1,0 +1,271 @@
+"""The block pool: every KV-cache block, the free queue and the prefix cache (vLLM v0.14).
+
+Blocks are handed out from the front of the free queue and freed to its tail. A freed block that
+was full keeps its hash and stays findable in the prefix cache ("evictable cached block") until it
+is handed out again; only then is its cache entry dropped (lazy eviction). Block 0 is reserved as
+the null block, so N blocks give N - 1 usable ones.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from allocator.block import KVCacheBlock
+from allocator.free_queue import FreeKVCacheBlockQueue
+from allocator.hashing import (
+    BlockHash,
+    BlockHashListWithBlockSize,
+    BlockHashWithGroupId,
+    make_block_hash_with_group_id,
+)
+
+if TYPE_CHECKING:
+    from allocator.request import Request
+
+logger = logging.getLogger(__name__)
+
+
+class BlockHashToBlockMap:
+    """Prefix-cache index: key -> one block, or ``{block_id: block}`` when several share the key.
+
+    Duplicates are kept, not merged, because block tables are append-only: two requests that
+    computed the same full block independently both keep their own block id.
+    """
+
+    __slots__ = ("_cache",)
+
+    def __init__(self) -> None:
+        self._cache: dict[BlockHashWithGroupId, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+
+    def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
+        """The block cached under ``key`` (the earliest inserted one still present), or None."""
+        blocks = self._cache.get(key)
+        if blocks is None or isinstance(blocks, KVCacheBlock):
+            return blocks
+        return next(iter(blocks.values()))
+
+    def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
+        """Cache ``block`` under ``key``, beside any blocks already there."""
+        blocks = self._cache.get(key)
+        if blocks is None:
+            self._cache[key] = block
+        elif isinstance(blocks, KVCacheBlock):
+            self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+        else:
+            blocks[block.block_id] = block
+
+    def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
+        """Remove and return block ``block_id`` from ``key``'s entry; None if it is not there."""
+        blocks = self._cache.pop(key, None)
+        if blocks is None:
+            return None
+        if isinstance(blocks, KVCacheBlock):
+            if blocks.block_id == block_id:
+                return blocks
+            self._cache[key] = blocks
+            return None
+        block = blocks.pop(block_id, None)
+        if blocks:
+            # Stays a dict even with one block left, as in vLLM.
+            self._cache[key] = blocks
+        return block
+
+    def items(self) -> list[tuple[BlockHashWithGroupId, list[KVCacheBlock]]]:
+        """Every key with its blocks in insertion order (for checks and tests)."""
+        return [
+            (key, [blocks] if isinstance(blocks, KVCacheBlock) else list(blocks.values()))
+            for key, blocks in self._cache.items()
+        ]
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+
+class BlockPool:
+    """All blocks of one pool.
+
+    Invariants (see :meth:`check_invariants`): free + held == N - 1; a non-null block is in the
+    free queue iff its ``ref_cnt`` is 0; every cached key points only at blocks carrying it.
+    """
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int) -> None:
+        if num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks}")
+        if hash_block_size < 1:
+            raise ValueError(f"hash_block_size must be >= 1, got {hash_block_size}")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        self.hash_block_size = hash_block_size
+        self.blocks = [KVCacheBlock(idx) for idx in range(num_gpu_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+
+    def get_cached_block(
+        self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]
+    ) -> list[KVCacheBlock] | None:
+        """One cached block per group for ``block_hash``, or None if any group misses."""
+        cached_blocks = []
+        for group_id in kv_cache_group_ids:
+            key = make_block_hash_with_group_id(block_hash, group_id)
+            block = self.cached_block_hash_to_block.get_one_block(key)
+            if block is None:
+                return None
+            cached_blocks.append(block)
+        return cached_blocks
+
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: list[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int,
+    ) -> None:
+        """Hash and index ``blocks[num_cached_blocks:num_full_blocks]``, skipping null blocks.
+
+        Ref counts are unchanged. The hashes come from ``request.block_hashes``.
+        """
+        if num_cached_blocks >= num_full_blocks:
+            return
+        if len(request.block_hashes) * self.hash_block_size < num_full_blocks * block_size:
+            raise ValueError(
+                f"request {request.request_id!r} has {len(request.block_hashes)} block hashes, "
+                f"too few to cache {num_full_blocks} blocks of size {block_size}"
+            )
+        if block_size == self.hash_block_size:
+            block_hashes: Sequence[BlockHash] | BlockHashListWithBlockSize = request.block_hashes
+        else:
+            block_hashes = BlockHashListWithBlockSize(
+                request.block_hashes, self.hash_block_size, block_size
+            )
+        cache = self.cached_block_hash_to_block
+        suffix = kv_cache_group_id.to_bytes(4, "big", signed=False)
+        for i in range(num_cached_blocks, num_full_blocks):
+            block = blocks[i]
+            if block.is_null:
+                continue
+            key = block_hashes[i] + suffix
+            block.block_hash = key  # raises if the block already has a hash
+            cache.insert(key, block)
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Take ``num_blocks`` from the front of the free queue, evicting their cache entries.
+
+        Raises:
+            ValueError: if fewer than ``num_blocks`` blocks are free.
+        """
+        if num_blocks > self.free_block_queue.num_free_blocks:
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        ret = self.free_block_queue.popleft_n(num_blocks)
+        evict = self.enable_caching
+        for block in ret:
+            if evict and block._block_hash is not None:
+                self._maybe_evict_cached_block(block)
+            assert block.ref_cnt == 0
+            block.ref_cnt = 1
+        return ret
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        """Drop ``block`` from the prefix cache; True if it was cached under its hash."""
+        block_hash = block.block_hash
+        if block_hash is None:
+            return False
+        if self.cached_block_hash_to_block.pop(block_hash, block.block_id) is None:
+            # vLLM 0.14 leaves the block's hash field set in this case.
+            return False
+        block.reset_hash()
+        return True
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Take a reference on each block (prefix hit), pulling free ones out of the queue."""
+        queue = self.free_block_queue
+        for block in blocks:
+            if block.ref_cnt == 0 and not block.is_null:
+                queue.remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one reference per block; blocks reaching 0 go to the queue tail in this order.
+
+        Raises:
+            ValueError: on a double free (a non-null block whose ``ref_cnt`` would go below 0);
+                nothing is changed in that case.
+        """
+        blocks_list = list(ordered_blocks)
+        for idx, block in enumerate(blocks_list):
+            block.ref_cnt -= 1
+            if block.ref_cnt < 0 and not block.is_null:
+                for undo in blocks_list[: idx + 1]:
+                    undo.ref_cnt += 1
+                raise ValueError(f"double free of block {block.block_id} (ref_cnt was 0)")
+        self.free_block_queue.append_n(
+            [block for block in blocks_list if block.ref_cnt == 0 and not block.is_null]
+        )
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        """Remove the given blocks from the prefix cache; ref counts and the queue are untouched.
+
+        Raises:
+            ValueError: for a block id outside ``[0, num_gpu_blocks)``.
+        """
+        for block_id in block_ids:
+            if not 0 <= block_id < len(self.blocks):
+                raise ValueError(f"block id {block_id} out of range [0, {len(self.blocks)})")
+            self._maybe_evict_cached_block(self.blocks[block_id])
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash; refuses (returns False, changes nothing) while blocks are held."""
+        num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks()
+        if num_used_blocks != 1:
+            logger.warning(
+                "Failed to reset prefix cache because some blocks (%d) are not freed yet",
+                num_used_blocks - 1,
+            )
+            return False
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        for block in self.blocks:
+            block.reset_hash()
+        return True
+
+    def get_num_free_blocks(self) -> int:
+        """Free blocks, including evictable cached ones."""
+        return self.free_block_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        """Fraction of usable (non-null) blocks currently held, in [0, 1]."""
+        total = self.num_gpu_blocks - 1
+        if total <= 0:
+            return 0.0
+        return 1.0 - self.get_num_free_blocks() / total
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the queue, ref counts or the prefix cache are inconsistent."""
+        free = self.free_block_queue.get_all_free_blocks()
+        _check(len(free) == self.free_block_queue.num_free_blocks, "free count != queue length")
+        _check(self.null_block is self.blocks[0] and self.null_block.is_null, "block 0 not null")
+        _check(self.null_block.prev_free_block is None, "null block is in the free queue")
+        free_ids = {block.block_id for block in free}
+        _check(len(free_ids) == len(free), "a block appears twice in the free queue")
+        held = 0
+        for block in self.blocks[1:]:
+            _check(block.ref_cnt >= 0, f"block {block.block_id} has ref_cnt {block.ref_cnt}")
+            in_queue = block.block_id in free_ids
+            _check(
+                in_queue == (block.ref_cnt == 0),
+                f"block {block.block_id}: ref_cnt {block.ref_cnt} but in_queue={in_queue}",
+            )
+            held += block.ref_cnt > 0
+        _check(len(free) + held == self.num_gpu_blocks - 1, "free + held != N - 1")
+        for key, blocks in self.cached_block_hash_to_block.items():
+            for block in blocks:
+                _check(block.block_hash == key, f"block {block.block_id} cached under a wrong key")
+                _check(not block.is_null, "the null block is in the prefix cache")
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)

@@ -1,0 +1,234 @@
+"""Block hashing for prefix caching, as in vLLM v0.14 (spec section 3).
+
+A block's hash is chained: it covers the parent block's hash, the block's own token ids and the
+block's extra keys (LoRA name, cache salt), so block i's hash identifies tokens 0..(i+1)*bs-1.
+Only full blocks are hashed. The hash function is injectable (``hash_fn(obj) -> bytes``); the
+default is sha256 over pickle protocol 5, byte-for-byte the same as vLLM's.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import pickle
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from allocator.request import Request
+
+BlockHash = bytes
+"""A block hash: the raw digest returned by the hash function."""
+
+BlockHashWithGroupId = bytes
+"""A block hash followed by the 4-byte big-endian KV-cache group id: the prefix-cache key."""
+
+HashFn = Callable[[Any], bytes]
+
+NONE_HASH: BlockHash | None = None
+"""Seed used as the parent of the first block; set by :func:`init_none_hash` (process-wide)."""
+
+
+def sha256(obj: Any) -> bytes:
+    """sha256 over ``pickle.dumps(obj, protocol=5)``: vLLM's default prefix-caching hash."""
+    return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+
+def sha256_cbor(obj: Any) -> bytes:
+    """sha256 over canonical CBOR: language independent; needs the optional ``cbor2`` package."""
+    try:
+        import cbor2
+    except ImportError as exc:
+        raise ImportError(
+            "hash function 'sha256_cbor' needs the optional package cbor2 "
+            "(pip install cbor2, or pagedsim[cbor])"
+        ) from exc
+    return hashlib.sha256(cbor2.dumps(obj, canonical=True)).digest()
+
+
+def xxhash(obj: Any) -> bytes:
+    """xxh3_128 over pickle, as vLLM's ``xxhash`` option; needs the optional ``xxhash`` package."""
+    try:
+        import xxhash as xxhash_module
+    except ImportError as exc:
+        raise ImportError(
+            "hash function 'xxhash' needs the optional package xxhash (pip install xxhash); "
+            "'blake2b' is a stdlib alternative"
+        ) from exc
+    digest: bytes = xxhash_module.xxh3_128_digest(
+        pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    )
+    return digest
+
+
+def blake2b(obj: Any) -> bytes:
+    """blake2b (16-byte digest) over pickle: a fast stdlib hash for large simulations.
+
+    Not a vLLM option (pagedsim addition). Deterministic across processes, like all the
+    functions here, because pickle of ints, bytes, str and tuples is deterministic.
+    """
+    return hashlib.blake2b(
+        pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), digest_size=16
+    ).digest()
+
+
+_HASH_FNS: dict[str, HashFn] = {
+    "sha256": sha256,
+    "sha256_cbor": sha256_cbor,
+    "xxhash": xxhash,
+    "blake2b": blake2b,
+}
+
+
+_HASH_FNS["fast"] = xxhash if importlib.util.find_spec("xxhash") is not None else blake2b
+
+
+def get_hash_fn_by_name(hash_fn_name: str) -> HashFn:
+    """Return the hash function called ``hash_fn_name``.
+
+    Names: vLLM's ``sha256``, ``sha256_cbor`` and ``xxhash``, plus pagedsim's ``blake2b`` and
+    ``fast`` (``xxhash`` when the package is installed, else ``blake2b``). Digests differ between
+    functions, but block ids and hit lengths never depend on digest values.
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    try:
+        return _HASH_FNS[hash_fn_name]
+    except KeyError:
+        known = ", ".join(sorted(_HASH_FNS))
+        raise ValueError(f"unknown hash function {hash_fn_name!r}; known: {known}") from None
+
+
+def init_none_hash(hash_fn: HashFn) -> BlockHash:
+    """Set and return the first-block seed ``NONE_HASH`` following vLLM 0.14's rule.
+
+    With ``PYTHONHASHSEED`` set, the seed is ``hash_fn(os.environ["PYTHONHASHSEED"])`` (the
+    string), so it is reproducible across processes; otherwise it is ``os.urandom(32)``.
+    """
+    global NONE_HASH
+    seed = os.environ.get("PYTHONHASHSEED")
+    NONE_HASH = os.urandom(32) if seed is None else hash_fn(seed)
+    return NONE_HASH
+
+
+def hash_block_tokens(
+    hash_fn: HashFn,
+    parent_block_hash: BlockHash | None,
+    curr_block_token_ids: Sequence[int],
+    extra_keys: tuple[Any, ...] | None = None,
+) -> BlockHash:
+    """Hash one block: ``hash_fn((parent or NONE_HASH, tuple(token_ids), extra_keys))``.
+
+    Raises:
+        RuntimeError: if the parent is falsy and :func:`init_none_hash` was never called.
+    """
+    if not parent_block_hash:
+        if NONE_HASH is None:
+            raise RuntimeError("NONE_HASH is unset: call init_none_hash(hash_fn) first")
+        parent_block_hash = NONE_HASH
+    return hash_fn((parent_block_hash, tuple(curr_block_token_ids), extra_keys))
+
+
+def make_block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> BlockHashWithGroupId:
+    """Append the group id as 4 big-endian unsigned bytes to form the prefix-cache key."""
+    return block_hash + group_id.to_bytes(4, "big", signed=False)
+
+
+def get_block_hash(key: BlockHashWithGroupId) -> BlockHash:
+    """Strip the 4-byte group id from a prefix-cache key."""
+    return key[:-4]
+
+
+def get_group_id(key: BlockHashWithGroupId) -> int:
+    """Read the group id from the last 4 bytes of a prefix-cache key."""
+    return int.from_bytes(key[-4:], "big", signed=False)
+
+
+def generate_block_hash_extra_keys(
+    request: Request, start_token_idx: int, end_token_idx: int, start_mm_idx: int = 0
+) -> tuple[tuple[Any, ...] | None, int]:
+    """Extra keys of the block covering tokens [start, end): (keys or None, next mm index).
+
+    Order as in vLLM 0.14: LoRA name, then the cache salt (first block only). Multimodal and
+    prompt-embeds keys are out of scope, so the multimodal index is returned unchanged.
+    """
+    keys: list[Any] = []
+    if request.lora_name is not None:
+        keys.append(request.lora_name)
+    if request.cache_salt is not None and start_token_idx == 0:
+        keys.append(request.cache_salt)
+    return (tuple(keys) if keys else None), start_mm_idx
+
+
+class RequestBlockHasher:
+    """Callable ``hasher(request) -> list[BlockHash]`` returning the request's new full-block hashes.
+
+    It continues from ``len(request.block_hashes) * block_size`` and returns ``[]`` while the next
+    block is incomplete. ``block_size`` is public so :class:`Request` can skip the call cheaply.
+    The seed is captured at construction (``NONE_HASH``, initialised with ``hash_fn`` if unset).
+    """
+
+    __slots__ = ("block_size", "hash_fn", "none_hash")
+
+    def __init__(self, block_size: int, hash_fn: HashFn, none_hash: BlockHash | None = None):
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.block_size = block_size
+        self.hash_fn = hash_fn
+        if none_hash is None:
+            none_hash = NONE_HASH if NONE_HASH is not None else init_none_hash(hash_fn)
+        self.none_hash: BlockHash = none_hash
+
+    def __call__(self, request: Request) -> list[BlockHash]:
+        block_size = self.block_size
+        block_hashes = request.block_hashes
+        start = len(block_hashes) * block_size
+        num_tokens = request.num_tokens
+        if start + block_size > num_tokens:
+            return []
+        hash_fn = self.hash_fn
+        token_ids = request.all_token_ids
+        parent = block_hashes[-1] if block_hashes else self.none_hash
+        plain = request.lora_name is None and request.cache_salt is None
+        new_hashes: list[BlockHash] = []
+        while start + block_size <= num_tokens:
+            end = start + block_size
+            extra = None if plain else generate_block_hash_extra_keys(request, start, end)[0]
+            parent = hash_fn((parent, tuple(token_ids[start:end]), extra))
+            new_hashes.append(parent)
+            start = end
+        return new_hashes
+
+
+def get_request_block_hasher(block_size: int, caching_hash_fn: HashFn) -> RequestBlockHasher:
+    """Return the block hasher that :class:`Request` calls on creation and on every append."""
+    return RequestBlockHasher(block_size, caching_hash_fn)
+
+
+class BlockHashListWithBlockSize:
+    """Read-only view of small-block hashes as hashes of ``scale``-times larger blocks (0.14).
+
+    The hash of large block j is the byte concatenation of small hashes j*scale..(j+1)*scale-1.
+    vLLM uses it when the scheduler block size is a multiple of the hash block size.
+    """
+
+    __slots__ = ("block_hashes", "scale")
+
+    def __init__(self, block_hashes: list[BlockHash], hash_block_size: int, target_block_size: int):
+        if hash_block_size < 1 or target_block_size % hash_block_size != 0:
+            raise ValueError(
+                f"block size {target_block_size} is not a multiple of hash block size "
+                f"{hash_block_size}"
+            )
+        self.block_hashes = block_hashes
+        self.scale = target_block_size // hash_block_size
+
+    def __len__(self) -> int:
+        return len(self.block_hashes) // self.scale
+
+    def __getitem__(self, idx: int) -> BlockHash:
+        if not 0 <= idx < len(self):
+            raise IndexError(f"block index {idx} out of range for {len(self)} blocks")
+        start = idx * self.scale
+        return b"".join(self.block_hashes[start : start + self.scale])

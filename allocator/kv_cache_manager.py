@@ -1,0 +1,301 @@
+"""The scheduler-facing KV-cache manager (vLLM v0.14 ``KVCacheManager``), for one group.
+
+It answers the scheduler's two questions: how much of a new request's prompt is already cached
+(``get_computed_blocks``) and whether the pool can hold the tokens about to be computed
+(``allocate_slots``, None when it cannot). vLLM's coordinator layer, which fans out to several
+KV-cache groups, is folded in here since pagedsim models one group.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from allocator.block import KVCacheBlock
+from allocator.block_pool import BlockPool
+from allocator.kv_cache_blocks import KVCacheBlocks
+from allocator.kv_cache_spec import KVCacheConfig
+from allocator.request import Request
+from allocator.single_type_manager import get_manager_for_kv_cache_spec
+from allocator.stats import PrefixCacheStats
+
+
+class KVCacheManager:
+    """Block allocation, prefix caching and freeing for the requests of one model.
+
+    Args:
+        kv_cache_config: pool size, block size and optional sliding window.
+        max_model_len: the longest sequence a request may reach; slot counts are capped by it.
+        hash_block_size: block size of ``request.block_hashes``; defaults to the block size and
+            must equal it when caching is on (one group, as vLLM's unitary coordinator asserts).
+        enable_caching: prefix caching on or off.
+        log_stats: keep :class:`PrefixCacheStats` (see :meth:`make_prefix_cache_stats`).
+
+    Invariants: see :meth:`check_invariants`.
+    """
+
+    def __init__(
+        self,
+        kv_cache_config: KVCacheConfig,
+        max_model_len: int,
+        hash_block_size: int | None = None,
+        enable_caching: bool = True,
+        log_stats: bool = False,
+    ) -> None:
+        kv_cache_spec = kv_cache_config.kv_cache_spec
+        self.block_size = kv_cache_spec.block_size
+        if hash_block_size is None:
+            hash_block_size = self.block_size
+        if enable_caching and hash_block_size != self.block_size:
+            raise ValueError(
+                f"hash_block_size {hash_block_size} must equal block_size {self.block_size} "
+                "with one KV-cache group"
+            )
+        if max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1, got {max_model_len}")
+        self.kv_cache_config = kv_cache_config
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.log_stats = log_stats
+        self.num_kv_cache_groups = 1
+        self.block_pool = BlockPool(kv_cache_config.num_blocks, enable_caching, hash_block_size)
+        self.single_type_manager = get_manager_for_kv_cache_spec(
+            kv_cache_spec, self.block_pool, enable_caching, kv_cache_group_id=0
+        )
+        self.empty_kv_cache_blocks = KVCacheBlocks(((),))
+        self.prefix_cache_stats: PrefixCacheStats | None = (
+            PrefixCacheStats() if log_stats else None
+        )
+
+    @property
+    def usage(self) -> float:
+        """Fraction of usable blocks held by requests."""
+        return self.block_pool.get_usage()
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """Return the stats gathered so far and start new ones; None when ``log_stats`` is off."""
+        if not self.log_stats:
+            return None
+        stats = self.prefix_cache_stats
+        self.prefix_cache_stats = PrefixCacheStats()
+        return stats
+
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        """The request's longest cached prefix, capped at ``num_tokens - 1`` tokens.
+
+        At least the last token is always recomputed, because the model needs its logits.
+        Nothing changes here: the hit blocks are taken by :meth:`allocate_slots`.
+
+        Returns:
+            (hit blocks, number of hit tokens), block granular.
+        """
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0
+        max_cache_hit_length = request.num_tokens - 1
+        manager = self.single_type_manager
+        computed_blocks = manager.find_longest_cache_hit(
+            request.block_hashes,
+            max_cache_hit_length,
+            [0],
+            self.block_pool,
+            manager.kv_cache_spec,
+        )
+        num_new_computed_tokens = len(computed_blocks[0]) * self.block_size
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.record(
+                num_tokens=request.num_tokens,
+                num_hits=num_new_computed_tokens,
+                preempted=request.num_preemptions > 0,
+            )
+        return self.create_kv_cache_blocks(computed_blocks), num_new_computed_tokens
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
+    ) -> KVCacheBlocks | None:
+        """Make room for ``num_new_tokens`` more tokens of ``request``; None if the pool is short.
+
+        Token layout of the request after this call (blocks of ``block_size``)::
+
+            |<------------------ num_tokens_need_slot (<= max_model_len) ----------------->|
+            |  comp       |  new_comp    |  ext_comp   |  new          |  lookahead        |
+            |  owned      |  prefix hits |  KV from a  |  computed     |  speculative      |
+            |  already    |  (touched)   |  connector  |  this step    |  slots, not cached|
+            |<----------- total_computed_tokens ------>|               |                   |
+            |<------------ cached up to min(.., request.num_tokens) -->|                   |
+            [ b0 ][ b1 ][ b2 ][ b3 ][ b4 ][ b5 ][ b6 ] ... cdiv(num_tokens_need_slot, bs)
+
+        Stages: (1) free blocks that fell out of a sliding window, even if the call then fails;
+        (2) count the blocks needed, including hits sitting in the free queue, and return None
+        with nothing else changed when too few are free; (3) touch the hits and allocate blocks
+        for external tokens; (4) allocate fresh blocks from the front of the free queue;
+        (5) hash and cache the blocks that became full.
+
+        Args:
+            request: the request; ``num_computed_tokens`` must reflect tokens already owned.
+            num_new_tokens: tokens to compute now (0 only with external tokens).
+            num_new_computed_tokens: prefix-hit tokens from :meth:`get_computed_blocks`.
+            new_computed_blocks: the hit blocks from :meth:`get_computed_blocks`.
+            num_lookahead_tokens: extra slots for speculative tokens (never cached).
+            num_external_computed_tokens: tokens whose KV a connector supplies.
+            delay_cache_blocks: skip caching (the KV arrives asynchronously).
+            num_encoder_tokens: accepted for signature compatibility; unused (no cross-attention).
+
+        Returns:
+            The newly allocated blocks (not the hits), or None if the pool cannot supply them.
+
+        Raises:
+            ValueError: if there is nothing to allocate (no new and no external tokens).
+        """
+        if num_new_tokens <= 0 and (num_new_tokens < 0 or num_external_computed_tokens == 0):
+            raise ValueError(
+                f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
+                f"no external computed tokens, got {num_new_tokens}"
+            )
+        manager = self.single_type_manager
+        if (
+            num_external_computed_tokens
+            or manager.skips_tokens
+            or not (new_computed_blocks is None or new_computed_blocks is self.empty_kv_cache_blocks)
+        ):
+            return self._allocate_slots_staged(
+                request,
+                num_new_tokens,
+                num_new_computed_tokens,
+                new_computed_blocks,
+                num_lookahead_tokens,
+                num_external_computed_tokens,
+                delay_cache_blocks,
+            )
+        # Fast path (every decode step): no prefix hits, no external tokens and no skipped
+        # blocks, so the stages reduce to "top up to cdiv(need, bs) blocks, then cache".
+        request_id = request.request_id
+        max_model_len = self.max_model_len
+        total_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
+        if total_computed_tokens > max_model_len:
+            total_computed_tokens = max_model_len
+        num_tokens_need_slot = total_computed_tokens + num_new_tokens + num_lookahead_tokens
+        if num_tokens_need_slot > max_model_len:
+            num_tokens_need_slot = max_model_len
+        req_blocks = manager.req_to_blocks.get(request_id)
+        num_new_blocks = -(num_tokens_need_slot // -self.block_size) - (
+            len(req_blocks) if req_blocks is not None else 0
+        )
+        new_blocks: list[KVCacheBlock] = []
+        if num_new_blocks > 0:
+            if num_new_blocks > self.block_pool.free_block_queue.num_free_blocks:
+                return None
+            new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
+            if req_blocks is None:
+                manager.req_to_blocks[request_id] = new_blocks[:]
+            else:
+                req_blocks.extend(new_blocks)
+        if self.enable_caching and not delay_cache_blocks:
+            # Cheap test first: capping at request.num_tokens can only lower the count.
+            num_tokens_to_cache = total_computed_tokens + num_new_tokens
+            if num_tokens_to_cache // self.block_size > manager.num_cached_block.get(request_id, 0):
+                manager.cache_blocks(request, min(num_tokens_to_cache, request.num_tokens))
+        return KVCacheBlocks((new_blocks,)) if new_blocks else self.empty_kv_cache_blocks
+
+    def _allocate_slots_staged(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int,
+        new_computed_blocks: KVCacheBlocks | None,
+        num_lookahead_tokens: int,
+        num_external_computed_tokens: int,
+        delay_cache_blocks: bool,
+    ) -> KVCacheBlocks | None:
+        """:meth:`allocate_slots` stage by stage, as vLLM writes it (see its docstring)."""
+        if new_computed_blocks is not None:
+            new_computed_block_list = new_computed_blocks.blocks
+        else:
+            new_computed_block_list = self.empty_kv_cache_blocks.blocks
+        hit_blocks = new_computed_block_list[0]
+        manager = self.single_type_manager
+        request_id = request.request_id
+
+        num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
+        total_computed_tokens = min(
+            num_local_computed_tokens + num_external_computed_tokens, self.max_model_len
+        )
+        num_tokens_need_slot = min(
+            total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
+        )
+        manager.remove_skipped_blocks(request_id, total_computed_tokens)
+        num_blocks_to_allocate = manager.get_num_blocks_to_allocate(
+            request_id,
+            num_tokens_need_slot,
+            hit_blocks,
+            num_local_computed_tokens + num_external_computed_tokens,
+        )
+        if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():
+            return None
+        if (
+            new_computed_block_list is not self.empty_kv_cache_blocks.blocks
+            or num_external_computed_tokens > 0
+        ):
+            manager.allocate_new_computed_blocks(
+                request_id, hit_blocks, num_local_computed_tokens, num_external_computed_tokens
+            )
+        new_blocks = manager.allocate_new_blocks(request_id, num_tokens_need_slot)
+        if self.enable_caching and not delay_cache_blocks:
+            num_tokens_to_cache = min(total_computed_tokens + num_new_tokens, request.num_tokens)
+            manager.cache_blocks(request, num_tokens_to_cache)
+        return self.create_kv_cache_blocks((new_blocks,))
+
+    def free(self, request: Request) -> None:
+        """Release all of the request's blocks, last block first; cached ones stay findable."""
+        self.single_type_manager.free(request.request_id)
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Cache the request's full blocks within its first ``num_computed_tokens`` tokens."""
+        if self.enable_caching:
+            self.single_type_manager.cache_blocks(request, num_computed_tokens)
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        """Per group, the leading blocks held by every request (0 when caching is off)."""
+        if not self.enable_caching:
+            return [0]
+        return [self.single_type_manager.get_num_common_prefix_blocks(running_request_id)]
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        """Drop the given blocks from the prefix cache (see :meth:`BlockPool.evict_blocks`)."""
+        self.block_pool.evict_blocks(block_ids)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget the prefix cache; False (nothing changed) while any request holds blocks."""
+        if not self.block_pool.reset_prefix_cache():
+            return False
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.reset = True
+        return True
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        """All blocks the request holds, hits included, in block-table order."""
+        blocks = self.single_type_manager.req_to_blocks.get(request_id) or []
+        return self.create_kv_cache_blocks((blocks,))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """The request's block ids per group (its block table)."""
+        return self.get_blocks(request_id).get_block_ids()
+
+    def create_kv_cache_blocks(
+        self, blocks: tuple[Sequence[KVCacheBlock], ...]
+    ) -> KVCacheBlocks:
+        """Wrap per-group lists, reusing the shared empty result when every list is empty."""
+        return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if pool and block tables disagree.
+
+        Checks: free + held == N - 1; a non-null block is free iff its ref_cnt is 0; every
+        cached key points at blocks carrying it; each ref_cnt equals its number of holders.
+        """
+        self.single_type_manager.check_invariants()
