@@ -1,0 +1,298 @@
+"""The typed request stream every loader and generator produces.
+
+`TraceRequest` is one validated request; `Trace` holds a whole trace column by column
+in read-only numpy arrays (1M requests cost tens of MB, not a million objects) and
+yields `TraceRequest`s on demand. Token ids are computed per request on demand
+(see tokens.py). Transformations build new `Trace`s; nothing here mutates in place.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from traces.checks import validate_columns
+from traces.tokens import (
+    IntArray,
+    Segments,
+    TokenArray,
+    TokenStore,
+    derive_token_ids,
+    own_tokens,
+    segment_tokens,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request. Invariants: arrival >= 0 and finite, lengths >= 1, n >= 1,
+    beam_width >= 1, and n <= beam_width when beam search is on (beam_width > 1)."""
+
+    request_id: str
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    n: int = 1
+    beam_width: int = 1
+    session_id: str | None = None
+    turn: int | None = None
+    line: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            raise ValueError("request_id must be a non-empty string")
+        if not np.isfinite(self.arrival_s) or self.arrival_s < 0:
+            raise ValueError(f"{self.request_id}: arrival_s must be finite and >= 0")
+        for name in ("prompt_len", "output_len", "n", "beam_width"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{self.request_id}: {name} must be >= 1")
+        if self.beam_width > 1 and self.n > self.beam_width:
+            raise ValueError(f"{self.request_id}: n > beam_width under beam search")
+        if self.turn is not None and self.turn < 0:
+            raise ValueError(f"{self.request_id}: turn must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceMetadata:
+    """Where a trace came from and what loading or transforming it dropped or changed.
+
+    `num_requests` and `span_s` are always recomputed by `Trace` from its data.
+    """
+
+    source: str | None = None
+    format: str = "memory"
+    span_s: float = 0.0
+    num_requests: int = 0
+    num_rows: int = 0
+    num_skipped: int = 0
+    num_truncated: int = 0
+    sha256: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def with_note(self, note: str, **changes: Any) -> TraceMetadata:
+        """Copy with `note` appended and other fields replaced."""
+        return dataclasses.replace(self, notes=self.notes + (note,), **changes)
+
+
+_COLUMNS = ("ids", "arrival_s", "prompt_lens", "output_lens", "n", "beam_width",
+            "session_ids", "turns", "lines", "token_src", "seg_first", "seg_count")
+_OPTIONAL = ("session_ids", "turns", "lines", "token_src", "seg_first", "seg_count")
+
+
+def _ro(a: npt.ArrayLike, dtype: Any) -> Any:
+    arr = np.asarray(a)
+    if arr.dtype.kind != "U" or np.dtype(dtype).kind != "U":
+        arr = arr.astype(dtype, copy=True)
+    elif arr.flags.writeable:
+        arr = arr.copy()
+    arr.setflags(write=False)
+    return arr
+
+
+def _id_array(ids: npt.ArrayLike | None, size: int) -> Any:
+    """Integer ids stay int64 (cheap for 1M rows, shown as str); others become str."""
+    if ids is None:
+        return _ro(np.arange(size), np.int64)
+    arr = np.asarray(ids)
+    return _ro(arr, np.int64 if arr.dtype.kind in "iu" else np.str_)
+
+
+class Trace:
+    """An ordered, validated request stream (arrival times non-decreasing).
+
+    Columns are read-only arrays: arrival_s (float64), prompt_lens, output_lens, n,
+    beam_width (int64), and optional session_ids (str, "" = none), turns (-1 = none),
+    lines (0 = none). Request ids are `request_ids` (str array, built lazily) or
+    `request_id(i)`; integer ids are kept as int64 internally. Index i is request i in
+    arrival order. `prefix_lens[i]` is the number of prompt tokens from shared segments.
+    """
+
+    __slots__ = _COLUMNS + ("metadata", "seed", "vocab_size", "store", "segments",
+                            "prefix_lens", "_id_strs")
+    ids: npt.NDArray[Any]
+    arrival_s: npt.NDArray[np.float64]
+    prompt_lens: IntArray
+    output_lens: IntArray
+    n: IntArray
+    beam_width: IntArray
+    session_ids: npt.NDArray[np.str_] | None
+    turns: IntArray | None
+    lines: IntArray | None
+    token_src: IntArray | None
+    seg_first: IntArray | None
+    seg_count: IntArray | None
+    metadata: TraceMetadata
+    seed: int
+    vocab_size: int
+    store: TokenStore | None
+    segments: Segments
+    prefix_lens: IntArray
+    _id_strs: npt.NDArray[np.str_] | None
+
+    def __init__(
+        self, arrival_s: npt.ArrayLike, prompt_lens: npt.ArrayLike, output_lens: npt.ArrayLike,
+        *, request_ids: npt.ArrayLike | None = None, ids: npt.ArrayLike | None = None, n: npt.ArrayLike | None = None,
+        beam_width: npt.ArrayLike | None = None, session_ids: npt.ArrayLike | None = None,
+        turns: npt.ArrayLike | None = None, lines: npt.ArrayLike | None = None,
+        metadata: TraceMetadata | None = None, seed: int = 0, vocab_size: int = 32000,
+        store: TokenStore | None = None, token_src: npt.ArrayLike | None = None,
+        segments: Segments | None = None, seg_first: npt.ArrayLike | None = None,
+        seg_count: npt.ArrayLike | None = None, check_ids: bool = True,
+    ) -> None:
+        """Build and validate a trace; raises ValueError naming the first bad request.
+
+        `request_ids` (or its alias `ids`) defaults to "0".."N-1"; `check_ids=False`
+        skips the uniqueness check when the caller guarantees it (e.g. a subset).
+        """
+        size = len(np.asarray(arrival_s))
+        self.ids = _id_array(request_ids if request_ids is not None else ids, size)
+        self._id_strs = None
+        self.arrival_s = _ro(arrival_s, np.float64)
+        self.prompt_lens = _ro(prompt_lens, np.int64)
+        self.output_lens = _ro(output_lens, np.int64)
+        self.n = _ro(np.ones(size, np.int64) if n is None else n, np.int64)
+        self.beam_width = _ro(np.ones(size, np.int64) if beam_width is None else beam_width,
+                              np.int64)
+        opt = {"session_ids": (session_ids, np.str_), "turns": (turns, np.int64),
+               "lines": (lines, np.int64), "token_src": (token_src, np.int64),
+               "seg_first": (seg_first, np.int64), "seg_count": (seg_count, np.int64)}
+        for name, (val, dt) in opt.items():
+            setattr(self, name, None if val is None else _ro(val, dt))
+        self.seed, self.vocab_size, self.store = int(seed), int(vocab_size), store
+        self.segments = segments if segments is not None else Segments.empty()
+        self.prefix_lens = self._prefix_lengths()
+        validate_columns(self, _COLUMNS,
+                         check_ids and (request_ids is not None or ids is not None))
+        span = float(self.arrival_s[-1] - self.arrival_s[0]) if size else 0.0
+        self.metadata = dataclasses.replace(metadata or TraceMetadata(), span_s=span,
+                                            num_requests=size)
+
+    @property
+    def request_ids(self) -> npt.NDArray[np.str_]:
+        """All request ids as a read-only str array (computed once on first use)."""
+        if self._id_strs is None:
+            self._id_strs = _ro(self.ids.astype(np.str_), np.str_)
+        return self._id_strs
+
+    def request_id(self, i: int) -> str:
+        """Id of request i."""
+        return str(self.ids[i])
+
+    def _prefix_lengths(self) -> IntArray:
+        if self.seg_first is None or self.seg_count is None or not len(self.segments):
+            return _ro(np.zeros(len(self.arrival_s)), np.int64)  # type: ignore[no-any-return]
+        csum = np.concatenate([[0], np.cumsum(self.segments.length)])
+        total = csum[self.seg_first + self.seg_count] - csum[self.seg_first]
+        return _ro(np.minimum(total, self.prompt_lens), np.int64)  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def __iter__(self) -> Iterator[TraceRequest]:
+        return (self[i] for i in range(len(self)))
+
+    def __getitem__(self, i: int) -> TraceRequest:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"request index {i} out of range for {len(self)} requests")
+        i = i % len(self)
+        sid = None if self.session_ids is None or not self.session_ids[i] \
+            else str(self.session_ids[i])
+        turn = None if self.turns is None or self.turns[i] < 0 else int(self.turns[i])
+        line = None if self.lines is None or self.lines[i] <= 0 else int(self.lines[i])
+        return TraceRequest(str(self.ids[i]), float(self.arrival_s[i]),
+                            int(self.prompt_lens[i]), int(self.output_lens[i]),
+                            int(self.n[i]), int(self.beam_width[i]), sid, turn, line)
+
+    def __repr__(self) -> str:
+        m = self.metadata
+        return f"Trace({len(self)} requests, format={m.format!r}, span={m.span_s:.1f}s)"
+
+    @property
+    def has_token_ids(self) -> bool:
+        """True when prompt tokens come from the source (explicit ids or hash ids)."""
+        return self.store is not None
+
+    @property
+    def has_prefix_structure(self) -> bool:
+        """True when requests can share prompt prefixes (source tokens or segments)."""
+        return self.store is not None or bool(len(self.segments))
+
+    def prompt_token_ids(self, i: int) -> TokenArray:
+        """Prompt token ids of request i: prefix segments, then the request's own tokens.
+
+        Own tokens are the source's ids (explicit or hash-expanded), padded or replaced
+        by `derive_token_ids(seed, request_id, k, ...)` for own-part positions k = 0, 1, ...
+        """
+        parts = []
+        if self.seg_first is not None and self.seg_count is not None:
+            first = int(self.seg_first[i])
+            for j in range(first, first + int(self.seg_count[i])):
+                parts.append(segment_tokens(self.segments, j, self.store, self.seed,
+                                            self.vocab_size))
+        pre = int(self.prefix_lens[i])
+        src = -1 if self.token_src is None else int(self.token_src[i])
+        parts.append(own_tokens(self.store, src, str(self.ids[i]), 0,
+                                int(self.prompt_lens[i]) - pre, self.seed, self.vocab_size))
+        return np.concatenate(parts)[: int(self.prompt_lens[i])]
+
+    def output_token_ids(self, i: int, sample: int = 0) -> TokenArray:
+        """Output ids of request i: `derive_token_ids(seed, request_id, prompt_len, output_len)`.
+
+        Sample k > 0 of n (or beam k) uses the key f"{request_id}/{k}" instead.
+        """
+        rid = str(self.ids[i])
+        key = rid if sample == 0 else f"{rid}/{sample}"
+        return derive_token_ids(self.seed, key, int(self.prompt_lens[i]),
+                                int(self.output_lens[i]), self.vocab_size)
+
+    def prefix_block_ids(self, i: int) -> IntArray | None:
+        """Source hash ids of request i (Mooncake-style), or None when there are none."""
+        if self.store is None or self.store.kind != "hash" or self.token_src is None:
+            return None
+        src = int(self.token_src[i])
+        return None if src < 0 else self.store.row(src)
+
+    def columns(self) -> dict[str, Any]:
+        """All constructor arguments; edit a copy and call `Trace(**cols)` to derive."""
+        cols: dict[str, Any] = {name: getattr(self, name) for name in _COLUMNS}
+        cols.update(metadata=self.metadata, seed=self.seed, vocab_size=self.vocab_size,
+                    store=self.store, segments=self.segments)
+        return cols
+
+    def replace(self, **changes: Any) -> Trace:
+        """A new Trace with some columns or attributes replaced."""
+        cols = self.columns()
+        cols["check_ids"] = "ids" in changes or "request_ids" in changes
+        cols.update(changes)
+        return Trace(**cols)
+
+    def take(self, indices: npt.ArrayLike, **changes: Any) -> Trace:
+        """A new Trace of the requests at `indices` (in that order), plus `changes`."""
+        idx = np.asarray(indices, dtype=np.int64)
+        cols = self.columns()
+        cols.setdefault("check_ids", len(np.unique(idx)) != len(idx))
+        for name in _COLUMNS:
+            if cols[name] is not None and name not in changes:
+                cols[name] = cols[name][idx]
+        cols.update(changes)
+        return Trace(**cols)
+
+    @classmethod
+    def from_requests(cls, requests: Iterable[TraceRequest], **kwargs: Any) -> Trace:
+        """Build a Trace from TraceRequest objects (small traces and tests)."""
+        reqs = list(requests)
+        cols: Mapping[str, Any] = {
+            "request_ids": np.array([r.request_id for r in reqs], dtype=np.str_),
+            "n": [r.n for r in reqs], "beam_width": [r.beam_width for r in reqs],
+            "session_ids": [r.session_id or "" for r in reqs]
+            if any(r.session_id for r in reqs) else None,
+            "turns": [-1 if r.turn is None else r.turn for r in reqs]
+            if any(r.turn is not None for r in reqs) else None,
+            "lines": [r.line or 0 for r in reqs] if any(r.line for r in reqs) else None,
+        }
+        return cls([r.arrival_s for r in reqs], [r.prompt_len for r in reqs],
+                   [r.output_len for r in reqs], **cols, **kwargs)
