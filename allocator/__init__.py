@@ -3,6 +3,7 @@
 The package imports only the standard library. ``BlockTable`` (slot mapping for kernels) needs
 numpy and is loaded lazily on first access, so ``import allocator`` stays numpy-free.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

@@ -9,8 +9,6 @@ protocol, ``NoFreeBlocksError`` and ``make_arena``. The policies live beside it:
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from allocator.interface import NoFreeBlocksError
 from typing import Protocol
 
 

@@ -9,8 +9,9 @@ keeps the coalesced free runs (``HoleSet``) for the largest-free-contiguous-regi
 """
 from __future__ import annotations
 
-from allocator.arena import NoFreeBlocksError, Region, check_tiling, validate_num_slots
+from allocator.arena import Region, check_tiling, validate_num_slots
 from allocator.arena_holes import HoleSet
+from allocator.interface import NoFreeBlocksError
 
 
 def order_for(num_slots: int) -> int:

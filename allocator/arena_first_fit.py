@@ -7,8 +7,9 @@ so the arena is one hole again once everything is freed.
 """
 from __future__ import annotations
 
-from allocator.arena import NoFreeBlocksError, Region, check_tiling, validate_num_slots
+from allocator.arena import Region, check_tiling, validate_num_slots
 from allocator.arena_holes import HoleSet
+from allocator.interface import NoFreeBlocksError
 
 
 class FirstFitArena:

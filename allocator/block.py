@@ -4,6 +4,7 @@ A block carries its id, a reference count (how many requests hold it), the prefi
 its contents once it is full and cached, and the two intrusive links the free queue uses. Block 0
 is the pool's null block, a placeholder for skipped positions that is never freed or cached.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

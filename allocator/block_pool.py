@@ -5,6 +5,7 @@ was full keeps its hash and stays findable in the prefix cache ("evictable cache
 is handed out again; only then is its cache entry dropped (lazy eviction). Block 0 is reserved as
 the null block, so N blocks give N - 1 usable ones.
 """
+
 from __future__ import annotations
 
 import logging
@@ -143,14 +144,20 @@ class BlockPool:
                 request.block_hashes, self.hash_block_size, block_size
             )
         cache = self.cached_block_hash_to_block
+        cache_dict = cache._cache
         suffix = kv_cache_group_id.to_bytes(4, "big", signed=False)
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
             if block.is_null:
                 continue
             key = block_hashes[i] + suffix
-            block.block_hash = key  # raises if the block already has a hash
-            cache.insert(key, block)
+            if block._block_hash is not None:
+                block.block_hash = key  # raises, naming the block
+            block._block_hash = key
+            if key in cache_dict:
+                cache.insert(key, block)
+            else:
+                cache_dict[key] = block
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take ``num_blocks`` from the front of the free queue, evicting their cache entries.
@@ -161,12 +168,23 @@ class BlockPool:
         if num_blocks > self.free_block_queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)
-        evict = self.enable_caching
-        for block in ret:
-            if evict and block._block_hash is not None:
-                self._maybe_evict_cached_block(block)
-            assert block.ref_cnt == 0
-            block.ref_cnt = 1
+        if self.enable_caching:
+            cache_dict = self.cached_block_hash_to_block._cache
+            for block in ret:
+                block_hash = block._block_hash
+                if block_hash is not None:
+                    if cache_dict.get(block_hash) is block:
+                        # The common case of _maybe_evict_cached_block, inlined.
+                        del cache_dict[block_hash]
+                        block._block_hash = None
+                    else:
+                        self._maybe_evict_cached_block(block)
+                assert block.ref_cnt == 0
+                block.ref_cnt = 1
+        else:
+            for block in ret:
+                assert block.ref_cnt == 0
+                block.ref_cnt = 1
         return ret
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:

@@ -6,6 +6,7 @@ slots, ``block_id * block_size + position % block_size``. When kernels use small
 the manager, each manager block id is split into consecutive kernel block ids. The only numpy
 module in the allocator package.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -70,7 +71,9 @@ class BlockTable:
             return
         ids = np.asarray(block_ids, dtype=np.int64)
         if self.use_hybrid_blocks:
-            ids = self.map_to_kernel_blocks(ids, self.blocks_per_kv_block, self._kernel_block_arange)
+            ids = self.map_to_kernel_blocks(
+                ids, self.blocks_per_kv_block, self._kernel_block_arange
+            )
         start = int(self.num_blocks_per_row[row_idx])
         end = start + len(ids)
         if end > self.max_num_blocks_per_req:

@@ -12,8 +12,8 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from allocator.arena import NoFreeBlocksError, Region, SlotArena, make_arena
-from allocator.interface import CopyPlan, ManagerConfig, MemorySnapshot
+from allocator.arena import Region, SlotArena, make_arena
+from allocator.interface import CopyPlan, ManagerConfig, MemorySnapshot, NoFreeBlocksError
 from allocator.reservation import ReservationPolicy, get_policy
 from allocator.waste import final_kv_slots, split_free, split_held
 

@@ -6,6 +6,7 @@ the middle on a prefix-cache hit is O(1), unlike ``deque.remove``.
 
     head <-> b_front <-> ... <-> b_back <-> tail        (head, tail: sentinels, id -1)
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -5,6 +5,7 @@ block's extra keys (LoRA name, cache salt), so block i's hash identifies tokens 
 Only full blocks are hashed. The hash function is injectable (``hash_fn(obj) -> bytes``); the
 default is sha256 over pickle protocol 5, byte-for-byte the same as vLLM's.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -184,11 +185,11 @@ class RequestBlockHasher:
         block_size = self.block_size
         block_hashes = request.block_hashes
         start = len(block_hashes) * block_size
-        num_tokens = request.num_tokens
+        token_ids = request.all_token_ids
+        num_tokens = len(token_ids)
         if start + block_size > num_tokens:
             return []
         hash_fn = self.hash_fn
-        token_ids = request.all_token_ids
         parent = block_hashes[-1] if block_hashes else self.none_hash
         plain = request.lora_name is None and request.cache_salt is None
         new_hashes: list[BlockHash] = []

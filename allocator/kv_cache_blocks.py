@@ -3,6 +3,7 @@
 It holds one block list per KV-cache group, so callers read block ids without touching the
 allocator's own lists. pagedsim has one group, so ``blocks`` is a 1-tuple.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -5,6 +5,7 @@ It answers the scheduler's two questions: how much of a new request's prompt is 
 (``allocate_slots``, None when it cannot). vLLM's coordinator layer, which fans out to several
 KV-cache groups, is folded in here since pagedsim models one group.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -61,9 +62,12 @@ class KVCacheManager:
             kv_cache_spec, self.block_pool, enable_caching, kv_cache_group_id=0
         )
         self.empty_kv_cache_blocks = KVCacheBlocks(((),))
-        self.prefix_cache_stats: PrefixCacheStats | None = (
-            PrefixCacheStats() if log_stats else None
-        )
+        # allocate_slots may skip its staged form unless the group frees blocks early.
+        self._fast_path_ok = not self.single_type_manager.skips_tokens
+        # Shortcuts for the fast path; the manager mutates these dicts, never rebinds them.
+        self._req_to_blocks = self.single_type_manager.req_to_blocks
+        self._num_cached_block = self.single_type_manager.num_cached_block
+        self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
 
     @property
     def usage(self) -> float:
@@ -152,16 +156,17 @@ class KVCacheManager:
         Raises:
             ValueError: if there is nothing to allocate (no new and no external tokens).
         """
-        if num_new_tokens <= 0 and (num_new_tokens < 0 or num_external_computed_tokens == 0):
-            raise ValueError(
-                f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
-                f"no external computed tokens, got {num_new_tokens}"
-            )
-        manager = self.single_type_manager
+        # Fast path (every decode step of a running full-attention request): no prefix hits,
+        # no external tokens, no skipped blocks, blocks already held. vLLM's stages then reduce
+        # to "top up to cdiv(need, block_size) blocks, then cache the newly full ones"; the
+        # staged form below gives the same result and handles everything else.
+        req_blocks = self._req_to_blocks.get(request.request_id)
         if (
-            num_external_computed_tokens
-            or manager.skips_tokens
-            or not (new_computed_blocks is None or new_computed_blocks is self.empty_kv_cache_blocks)
+            req_blocks is None
+            or new_computed_blocks is not None
+            or num_external_computed_tokens
+            or num_new_tokens <= 0
+            or not self._fast_path_ok
         ):
             return self._allocate_slots_staged(
                 request,
@@ -172,35 +177,34 @@ class KVCacheManager:
                 num_external_computed_tokens,
                 delay_cache_blocks,
             )
-        # Fast path (every decode step): no prefix hits, no external tokens and no skipped
-        # blocks, so the stages reduce to "top up to cdiv(need, bs) blocks, then cache".
-        request_id = request.request_id
+        # Comparisons instead of min(): on CPython 3.11 a two-argument min() costs ~5x a
+        # comparison, and this runs once per token-step.
         max_model_len = self.max_model_len
-        total_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
-        if total_computed_tokens > max_model_len:
-            total_computed_tokens = max_model_len
-        num_tokens_need_slot = total_computed_tokens + num_new_tokens + num_lookahead_tokens
-        if num_tokens_need_slot > max_model_len:
+        total_computed = request.num_computed_tokens + num_new_computed_tokens
+        if total_computed > max_model_len:  # noqa: PLR1730
+            total_computed = max_model_len
+        num_tokens_need_slot = total_computed + num_new_tokens + num_lookahead_tokens
+        if num_tokens_need_slot > max_model_len:  # noqa: PLR1730
             num_tokens_need_slot = max_model_len
-        req_blocks = manager.req_to_blocks.get(request_id)
-        num_new_blocks = -(num_tokens_need_slot // -self.block_size) - (
-            len(req_blocks) if req_blocks is not None else 0
-        )
-        new_blocks: list[KVCacheBlock] = []
+        block_size = self.block_size
+        num_new_blocks = -(num_tokens_need_slot // -block_size) - len(req_blocks)
+        new_blocks = None
         if num_new_blocks > 0:
             if num_new_blocks > self.block_pool.free_block_queue.num_free_blocks:
                 return None
             new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
-            if req_blocks is None:
-                manager.req_to_blocks[request_id] = new_blocks[:]
-            else:
-                req_blocks.extend(new_blocks)
+            req_blocks.extend(new_blocks)
         if self.enable_caching and not delay_cache_blocks:
             # Cheap test first: capping at request.num_tokens can only lower the count.
-            num_tokens_to_cache = total_computed_tokens + num_new_tokens
-            if num_tokens_to_cache // self.block_size > manager.num_cached_block.get(request_id, 0):
-                manager.cache_blocks(request, min(num_tokens_to_cache, request.num_tokens))
-        return KVCacheBlocks((new_blocks,)) if new_blocks else self.empty_kv_cache_blocks
+            num_tokens_to_cache = total_computed + num_new_tokens
+            if num_tokens_to_cache // block_size > self._num_cached_block.get(
+                request.request_id, 0
+            ):
+                num_tokens = request.num_tokens
+                if num_tokens_to_cache > num_tokens:  # noqa: PLR1730
+                    num_tokens_to_cache = num_tokens
+                self.single_type_manager.cache_blocks(request, num_tokens_to_cache)
+        return self.empty_kv_cache_blocks if new_blocks is None else KVCacheBlocks((new_blocks,))
 
     def _allocate_slots_staged(
         self,
@@ -213,6 +217,11 @@ class KVCacheManager:
         delay_cache_blocks: bool,
     ) -> KVCacheBlocks | None:
         """:meth:`allocate_slots` stage by stage, as vLLM writes it (see its docstring)."""
+        if num_new_tokens <= 0 and (num_new_tokens < 0 or num_external_computed_tokens == 0):
+            raise ValueError(
+                f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
+                f"no external computed tokens, got {num_new_tokens}"
+            )
         if new_computed_blocks is not None:
             new_computed_block_list = new_computed_blocks.blocks
         else:
@@ -286,9 +295,7 @@ class KVCacheManager:
         """The request's block ids per group (its block table)."""
         return self.get_blocks(request_id).get_block_ids()
 
-    def create_kv_cache_blocks(
-        self, blocks: tuple[Sequence[KVCacheBlock], ...]
-    ) -> KVCacheBlocks:
+    def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
         """Wrap per-group lists, reusing the shared empty result when every list is empty."""
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
 

@@ -4,6 +4,7 @@ vLLM derives these from the model and GPU memory (``KVCacheConfig`` with tensors
 groups). pagedsim models a single group, so the config shrinks to three numbers: how many blocks,
 how many tokens per block, and an optional sliding window that selects the manager type.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

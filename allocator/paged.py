@@ -16,7 +16,7 @@ re-express vLLM v0's rules for the v1 manager (spec section 9):
 from __future__ import annotations
 
 from allocator.block import KVCacheBlock
-from allocator.hashing import get_hash_fn_by_name, get_request_block_hasher, RequestBlockHasher
+from allocator.hashing import RequestBlockHasher, get_hash_fn_by_name, get_request_block_hasher
 from allocator.interface import CopyPlan, ManagerConfig, MemorySnapshot
 from allocator.kv_cache_blocks import KVCacheBlocks
 from allocator.kv_cache_manager import KVCacheManager

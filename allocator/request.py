@@ -5,6 +5,7 @@ A request owns its token ids (prompt plus accepted outputs), its scheduling prog
 up to date as output tokens are appended. The simulator appends one token per step per running
 request, so the append path is kept short: the hasher is only called once a block fills up.
 """
+
 from __future__ import annotations
 
 import sys
@@ -33,6 +34,7 @@ class Request:
     __slots__ = (
         "_all_token_ids",
         "_block_hasher",
+        "_hash_step",
         "_next_hash_at",
         "_output_token_ids",
         "arrival_time",
@@ -87,6 +89,12 @@ class Request:
         self._all_token_ids: list[int] = list(self.prompt_token_ids)
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
+        # A hasher that publishes its block size is only called when a block fills up;
+        # any other callable is called on every append (step 0), as vLLM does.
+        hash_block_size = getattr(block_hasher, "block_size", None)
+        self._hash_step = (
+            hash_block_size if isinstance(hash_block_size, int) and hash_block_size > 0 else 0
+        )
         self._next_hash_at = sys.maxsize
         if block_hasher is not None:
             self._update_block_hashes()
@@ -135,14 +143,9 @@ class Request:
     def _update_block_hashes(self) -> None:
         hasher = self._block_hasher
         assert hasher is not None
-        self.block_hashes.extend(hasher(self))
-        block_size = getattr(hasher, "block_size", None)
-        # A hasher that publishes its block size is only called when a block fills up;
-        # any other callable is called on every append, as vLLM does.
-        if isinstance(block_size, int) and block_size > 0:
-            self._next_hash_at = (len(self.block_hashes) + 1) * block_size
-        else:
-            self._next_hash_at = 0
+        block_hashes = self.block_hashes
+        block_hashes.extend(hasher(self))
+        self._next_hash_at = (len(block_hashes) + 1) * self._hash_step
 
     def __repr__(self) -> str:
         return (

@@ -6,6 +6,7 @@ block until the request is freed; sliding window replaces blocks that fell out o
 the null block and frees them early. Prefix-cache lookups are classmethods so a coordinator can
 run them before a request has any state here.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

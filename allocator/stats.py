@@ -4,6 +4,7 @@ The manager records one query per prefix lookup, in tokens: how many the request
 many were hits. Lookups by requests that were preempted before are counted apart, since their
 hits are mostly their own blocks coming back rather than sharing between requests.
 """
+
 from __future__ import annotations
 
 from collections import deque

@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from allocator.interface import NoFreeBlocksError
 from allocator.block import KVCacheBlock
-from allocator.interface import CopyPlan
+from allocator.interface import CopyPlan, NoFreeBlocksError
 from allocator.request import Request
 
 if TYPE_CHECKING:

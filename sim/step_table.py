@@ -6,7 +6,8 @@ ONE layer on one GPU; '#' lines are comments, those of the form '# key: value' a
   # gpu: NVIDIA H200         (required; preset name or torch device name)
   # tp: 1                    (optional, default 1; kv_cache_dtype: bf16 optional, checked if set)
   kind,batch,context,new_tokens,time_us
-  decode_attn,B,C,1,t   B sequences, each with C cached tokens, decoding one token (full grid)
+  decode_attn,B,C,1,t   B sequences, each with C cached tokens, decoding one token (full grid,
+                        except that the largest batches may lack the longest contexts)
   prefill_attn,1,C,N,t  one sequence prefilling N new tokens after C cached ones (full grid)
   gemm,1,0,T,t          all linear layers of one layer for T tokens (batch, context ignored)
   lm_head,S,0,1,t       optional: LM head for S sequences (whole model, not per layer)
@@ -139,12 +140,24 @@ def _grid2d(file: Path, kind: str, points: dict[tuple[int, int], float]) -> Grid
     ys = sorted({y for _, y in points})
     if not points:
         raise ValueError(f"{file}: no {kind} rows")
-    for x in xs:
-        for y in ys:
-            if (x, y) not in points:
-                raise ValueError(f"{file}: {kind} grid lacks the point ({x}, {y})")
-    values = tuple(tuple(points[x, y] for y in ys) for x in xs)
+    values = tuple(tuple(_point(file, kind, points, xs, x, y) for y in ys) for x in xs)
     return Grid2D(tuple(map(float, xs)), tuple(map(float, ys)), values)
+
+
+def _point(file: Path, kind: str, points: dict[tuple[int, int], float], xs: list[int],
+           x: int, y: int) -> float:
+    """A grid value; a point missing at the large-batch end is scaled from a smaller batch.
+
+    Calibration runs skip batch x context products too large to allocate; there the kernel is
+    memory-bound and time grows in proportion to the batch, so t(x, y) = t(x', y) * x / x'
+    for the largest measured x' < x. A hole anywhere else is an error.
+    """
+    if (x, y) in points:
+        return points[x, y]
+    smaller = [x2 for x2 in xs if x2 < x and (x2, y) in points]
+    if kind != "decode_attn" or not smaller or any((x2, y) in points for x2 in xs if x2 > x):
+        raise ValueError(f"{file}: {kind} grid lacks the point ({x}, {y})")
+    return points[smaller[-1], y] * x / smaller[-1]
 
 
 def _grid1d(points: dict[tuple[int, int], float]) -> Grid1D:

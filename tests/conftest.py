@@ -18,12 +18,13 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _cuda_available():
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    # torch is imported only when a GPU test was collected: it costs seconds per run.
+    if not gpu_items or _cuda_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip_gpu)
+    for item in gpu_items:
+        item.add_marker(skip_gpu)
 
 
 @pytest.fixture

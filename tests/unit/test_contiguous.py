@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from allocator.arena import NoFreeBlocksError
 from allocator.contiguous import EMPTY_BLOCKS, ContiguousBlocks, ContiguousManager
-from allocator.interface import KVManager, ManagerConfig
+from allocator.interface import KVManager, ManagerConfig, NoFreeBlocksError
 from allocator.request import Request
 
 

@@ -231,3 +231,21 @@ def test_table_missing_file(tmp_path: Path) -> None:
     """A table file that does not exist is a ValueError naming it."""
     with pytest.raises(ValueError, match=r"nope\.csv: cannot read"):
         make_step_model(f"table:{tmp_path / 'nope.csv'}", get_model("llama-3-8b"), get_gpu("h200"))
+
+
+def test_committed_h200_calibration_table_loads_and_predicts() -> None:
+    """The measured H200 table is accepted for Llama-3-8B on an H200 and refused elsewhere."""
+    from pathlib import Path
+
+    from sim.gpus import get_gpu
+    from sim.models import get_model
+    from sim.step_model import make_step_model
+
+    path = Path(__file__).resolve().parents[2] / "sim" / "calibration" / "h200_llama3_8b.csv"
+    model = make_step_model(f"table:{path}", get_model("llama-3-8b"), get_gpu("h200-141gb"))
+    small = model.predict([(1, 1000)] * 8)
+    large = model.predict([(1, 1000)] * 128)
+    assert 0 < small.attention_s < large.attention_s
+    assert 0 < small.linear_s <= large.linear_s
+    with pytest.raises(ValueError, match="measured for"):
+        make_step_model(f"table:{path}", get_model("llama-2-7b"), get_gpu("h200-141gb"))

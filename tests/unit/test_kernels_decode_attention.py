@@ -1,0 +1,162 @@
+"""CPU tests of paged decode attention (kernels/decode_attention.py, decode_config.py,
+decode_reduce.py).
+
+The kernels run under Triton's interpreter for CPU tensors (kernels/launch.py picks the variant
+per launch). TRITON_INTERPRET is set as well on CPU-only machines before triton is imported; on
+a CUDA machine it is left alone, since it would turn Triton's own helpers into interpreted
+functions for the whole process and break compiled GPU tests collected in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from kernels.decode_attention import paged_decode_attention
+from kernels.decode_config import DecodeConfig, choose_num_splits, split_span
+from kernels.reference import ref_decode_attention, rel_error_per_seq_head, sdpa_decode_attention
+from kernels.testing import TOLERANCE, make_case, poisoned, random_queries
+
+# Ragged: one token, a context ending mid-block, one exactly on a block boundary, several blocks.
+LENS = [1, 7, 16, 37, 50]
+
+
+def _run(lens, num_q_heads, num_kv_heads, head_size, block_size, dtype, **kwargs):
+    case = make_case(lens, num_kv_heads, head_size, block_size, dtype)
+    q = random_queries((len(lens), num_q_heads, head_size), dtype, "cpu", case.seed)
+    out = poisoned(q)
+    paged_decode_attention(
+        q, case.k_cache, case.v_cache, case.block_tables, case.context_lens, out=out, **kwargs
+    )
+    window = kwargs.get("sliding_window")
+    ref = ref_decode_attention(
+        q, case.k_cache, case.v_cache, case.block_tables, lens, sliding_window=window
+    )
+    return out, ref, q, case
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_decode_gqa_matches_float64_reference(dtype):
+    """GQA decode over ragged, shared and repeated pages matches the float64 reference."""
+    out, ref, _, case = _run(LENS, 8, 2, 64, 8, dtype)
+    err = rel_error_per_seq_head(out, ref)
+    assert err.max() < TOLERANCE[dtype], f"seed {case.seed}: {err}"
+
+
+def test_sdpa_reference_agrees_with_float64_reference():
+    """torch SDPA on the contiguous cache agrees with the float64 reference in fp32."""
+    out, ref, q, case = _run(LENS, 8, 2, 64, 8, torch.float32)
+    sdpa = sdpa_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, LENS)
+    assert rel_error_per_seq_head(sdpa, ref).max() < 1e-5, f"seed {case.seed}"
+    assert rel_error_per_seq_head(out, sdpa.double()).max() < 1e-5, f"seed {case.seed}"
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("num_splits", [2, 5])
+def test_split_k_matches_reference(num_splits, fused):
+    """Forced split-K, merged in-kernel or by the reduction kernel, matches; empty splits too."""
+    cfg = DecodeConfig(block_n=16, fused_reduce=fused)
+    out, ref, _, case = _run(LENS, 4, 2, 64, 16, torch.float32, num_splits=num_splits, config=cfg)
+    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_split_k_bf16_and_counters_reset(fused):
+    """bf16 split-K meets its bound, and a second call on the same inputs gives identical output."""
+    cfg = DecodeConfig(block_n=16, fused_reduce=fused)
+    out, ref, q, case = _run(LENS, 8, 2, 64, 8, torch.bfloat16, num_splits=3, config=cfg)
+    assert rel_error_per_seq_head(out, ref).max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}"
+    again = paged_decode_attention(
+        q, case.k_cache, case.v_cache, case.block_tables, LENS, num_splits=3, config=cfg
+    )
+    assert torch.equal(again, out)
+
+
+def test_mqa_with_head_size_128():
+    """MQA (one KV head for all query heads) at head size 128 and block size 32."""
+    out, ref, _, case = _run([3, 40, 65], 4, 1, 128, 32, torch.float32)
+    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+
+
+def test_head_size_256_bf16():
+    """Head size 256 in bf16 (the smallest tile configuration)."""
+    out, ref, _, case = _run([5, 20], 2, 1, 256, 16, torch.bfloat16)
+    assert rel_error_per_seq_head(out, ref).max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}"
+
+
+@pytest.mark.parametrize("block_size", [64, 128])
+def test_large_pages(block_size):
+    """Pages larger than the token tile: several tiles read one page."""
+    out, ref, _, case = _run([5, 150], 2, 1, 64, block_size, torch.float32)
+    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_sliding_window(num_splits):
+    """With a sliding window only the last `window` tokens count, split or not."""
+    out, ref, _, case = _run(
+        LENS,
+        4,
+        2,
+        64,
+        8,
+        torch.float32,
+        sliding_window=9,
+        num_splits=num_splits,
+        config=DecodeConfig(block_n=16),
+    )
+    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+    q = random_queries((len(LENS), 4, 64), torch.float32, "cpu", case.seed)
+    full = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, LENS)
+    assert (full[-1] - ref[-1]).abs().max() > 1e-3, (
+        "window made no difference on a 50-token context"
+    )
+
+
+def test_tensor_block_tables_and_lengths():
+    """int32 tensors for tables and lengths give the same result as Python lists."""
+    case = make_case([9, 30], 2, 64, 8, torch.float32)
+    q = random_queries((2, 4, 64), torch.float32, "cpu", case.seed)
+    width = max(len(t) for t in case.block_tables)
+    tables = torch.tensor(
+        [t + [0] * (width - len(t)) for t in case.block_tables], dtype=torch.int32
+    )
+    a = paged_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
+    b = paged_decode_attention(
+        q, case.k_cache, case.v_cache, tables, torch.tensor([9, 30], dtype=torch.int32)
+    )
+    assert torch.equal(a, b)
+
+
+def test_wrapper_rejects_bad_arguments():
+    """Mismatched heads, dtypes or counts raise ValueError before any launch."""
+    case = make_case([4], 2, 64, 8, torch.float32)
+    q = torch.zeros((1, 3, 64))
+    with pytest.raises(ValueError, match="q: expected"):
+        paged_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, [4])
+    with pytest.raises(ValueError, match="dtype"):
+        paged_decode_attention(
+            torch.zeros((1, 4, 64), dtype=torch.float16),
+            case.k_cache,
+            case.v_cache,
+            case.block_tables,
+            [4],
+        )
+    with pytest.raises(ValueError, match="tables"):
+        paged_decode_attention(
+            torch.zeros((2, 4, 64)), case.k_cache, case.v_cache, case.block_tables, [4, 4]
+        )
+
+
+def test_split_heuristic():
+    """Splits only when (sequence, KV head) programs underfill the GPU, never below min range."""
+    assert choose_num_splits(64, 8, 4096, 64, 132) == 1
+    assert choose_num_splits(1, 8, 4096, 64, 132) == 8
+    assert choose_num_splits(8, 8, 4096, 64, 132) == 7
+    assert choose_num_splits(1, 8, 700, 64, 132) == 1
+    assert split_span(5000, 1024) == 1024 and split_span(100, None) == 100
