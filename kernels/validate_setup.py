@@ -1,0 +1,99 @@
+"""The head layout a validation runs with, and the paged caches it runs on (the memory check).
+
+On CUDA the K and V caches of *all* layers are allocated at the simulated pool size and
+dtype, `[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]`, to show that the
+simulated capacity is real on this GPU; layer 0 of that allocation is the cache the replay
+uses. The report gives the bytes and the free memory left (`torch.cuda.mem_get_info`). On
+the CPU, or with a shrunk layout, only one layer is allocated and the all-layer bytes are
+computed. Unwritten rows are NaN, so a kernel that reads a slot nobody wrote fails loudly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kernels.kv_content import KVContent
+from kernels.swap import allocate_cpu_cache
+from kernels.validate_log import LogHeader
+from kernels.validate_state import Replay
+
+TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+                "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutSummary:
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    real: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Heads, head size and dtype of the one validated layer; `real` if as in the log."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+    real: bool
+
+    @classmethod
+    def from_header(cls, hdr: LogHeader, dtype: str | None, max_kv_heads: int | None,
+                    head_dim: int | None) -> Layout:
+        """The log's layout, optionally shrunk (KV heads capped, GQA ratio kept) for CPU runs."""
+        kv = hdr.num_kv_heads if max_kv_heads is None else max(1, min(hdr.num_kv_heads,
+                                                                         max_kv_heads))
+        dim = hdr.head_dim if head_dim is None else head_dim
+        torch_dtype = TORCH_DTYPES[dtype or hdr.dtype]
+        real = (kv, dim, torch_dtype) == (hdr.num_kv_heads, hdr.head_dim, TORCH_DTYPES[hdr.dtype])
+        return cls(kv * (hdr.num_heads // hdr.num_kv_heads), kv, dim, torch_dtype, real)
+
+    def summary(self) -> LayoutSummary:
+        return LayoutSummary(self.num_heads, self.num_kv_heads, self.head_dim, self.real)
+
+
+def _all_layer_bytes(hdr: LogHeader) -> int:
+    elem = torch.empty(0, dtype=TORCH_DTYPES[hdr.dtype]).element_size()
+    return (2 * hdr.num_layers * hdr.num_gpu_blocks * hdr.block_size * hdr.num_kv_heads
+            * hdr.head_dim * elem)
+
+
+def _caches(hdr: LogHeader, layout: Layout, device: torch.device
+            ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    shape = (hdr.num_gpu_blocks, hdr.block_size, layout.num_kv_heads, layout.head_dim)
+    memory: dict[str, Any] = {"all_layers_bytes": _all_layer_bytes(hdr), "allocated": False}
+    if device.type == "cuda" and layout.real:
+        try:
+            pool = torch.empty((hdr.num_layers, 2, *shape), dtype=layout.dtype, device=device)
+        except torch.cuda.OutOfMemoryError:
+            memory["fits"] = False
+        else:
+            memory.update(allocated=True, fits=True)
+            k, v = pool[0, 0], pool[0, 1]
+    if not memory["allocated"]:
+        k = torch.empty(shape, dtype=layout.dtype, device=device)
+        v = torch.empty_like(k)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        memory.update(free_after_bytes=free, device_total_bytes=total)
+    k.fill_(float("nan"))
+    v.fill_(float("nan"))
+    return k, v, memory
+
+
+def make_replay(hdr: LogHeader, layout: Layout, device: torch.device
+                ) -> tuple[Replay, dict[str, Any]]:
+    """The replay state for one section, and the memory check's figures."""
+    k, v, memory = _caches(hdr, layout, device)
+    k_cpu = v_cpu = None
+    if hdr.num_cpu_blocks > 0:
+        k_cpu = allocate_cpu_cache(k, hdr.num_cpu_blocks).fill_(float("nan"))
+        v_cpu = allocate_cpu_cache(v, hdr.num_cpu_blocks).fill_(float("nan"))
+    content = KVContent(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype,
+                        device)
+    return Replay(content, hdr.block_size, k, v, k_cpu, v_cpu, hdr.seed), memory

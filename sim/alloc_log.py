@@ -1,0 +1,113 @@
+"""The allocation log (``--record-allocation-log``): every block decision, step by step.
+
+``allocation_log.jsonl.gz`` holds, per allocator, a header line (block size, pool sizes, the
+model's head layout and dtype, the seed and how token ids were made) and one line per step:
+each scheduled sequence's new positions, token ids, context length, full block table and slot
+mapping, plus the step's copy-on-write plan, swap maps, frees, prefix hits, forks,
+preemptions and the step-time model's ``attention_s``. kernels/ replays it on real tensors to
+check the allocator's tables; the format is in ``sim/results_schema.json``. Recording forces
+the reference loop, so every request's state is current at every step.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from allocator.paged import PagedKVCacheManager
+from sim.outputs import SCHEMA_VERSION, replace_into
+
+if TYPE_CHECKING:
+    from sim.plan import StepPlan
+    from sim.scheduler import Scheduler
+    from sim.simulation import Setup
+    from sim.step_base import StepTime
+
+TOKEN_IDS = ("from the trace where it has them (explicit ids; Mooncake hash ids expanded "
+             "block by block), else traces.derive_token_ids(seed, key, start, count) with key "
+             "= request id for prompts and sample 0, 'id/k' for sample k, 'id/bN' for a "
+             "forked beam")
+
+
+class AllocationLog:
+    """One gzip JSON-lines file for all allocators of a run, moved into place on close."""
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        self.path = setup.out_dir / "allocation_log.jsonl.gz"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(prefix=".allocation_log.", dir=self.path.parent)
+        self.raw = os.fdopen(fd, "wb")
+        self.fh = gzip.GzipFile(filename="", mode="wb", fileobj=self.raw, mtime=0)
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+    def begin(self, allocator: str) -> StepWriter:
+        """Write the header of one allocator's section; returns its step writer."""
+        s = self.setup
+        m = s.model
+        self.write({
+            "kind": "header", "schema_version": SCHEMA_VERSION, "allocator": allocator,
+            "block_size": s.config.block_size, "num_gpu_blocks": s.config.num_gpu_blocks,
+            "num_cpu_blocks": s.config.num_cpu_blocks,
+            "model": {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
+                      "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
+                      "dtype": m.dtype, "kv_cache_dtype": s.args.kv_cache_dtype,
+                      "sliding_window": m.sliding_window},
+            "seed": s.trace.seed, "token_ids": TOKEN_IDS,
+        })
+        return StepWriter(self, s.config.block_size)
+
+    def close(self) -> None:
+        self.fh.close()
+        self.raw.close()
+        replace_into(self.tmp, self.path)
+
+
+class StepWriter:
+    """Records one allocator's steps: sequences at plan time, events after the step."""
+
+    def __init__(self, log: AllocationLog, block_size: int) -> None:
+        self.log = log
+        self.block_size = block_size
+
+    def plan(self, sched: Scheduler, plan: StepPlan, st: StepTime, start: float) -> None:
+        """Capture each scheduled sequence's tables before the step changes anything."""
+        paged = isinstance(sched.manager, PagedKVCacheManager)
+        seqs = []
+        for seq, n, c in zip(plan.seqs, plan.tokens, plan.contexts):
+            table = list(sched.manager.get_block_ids(seq.request_id)[0])
+            positions = range(c, c + n)
+            if paged:
+                bs = self.block_size
+                slots = [table[p // bs] * bs + p % bs for p in positions]
+            else:
+                slots = [table[0] + p for p in positions] if table else []
+            seqs.append({"request_id": seq.request_id, "sample": seq.sample,
+                         "positions": [c, c + n],
+                         "token_ids": list(seq.req.all_token_ids[c:c + n]),
+                         "context_len": c + n, "block_table": table, "slot_mapping": slots})
+        assert plan.events is not None
+        plan.events["seqs"] = seqs
+
+    def step(self, sched: Scheduler, plan: StepPlan, st: StepTime, start: float) -> None:
+        """Write the step's line once it has been applied."""
+        events = plan.events or {}
+        self.log.write({
+            "kind": "step", "step": sched.step_index - 1, "time_s": start,
+            "attention_s": st.attention_s, "seqs": events.get("seqs", []),
+            "copies": events.get("copies", []), "swap_out": events.get("swap_out", []),
+            "swap_in": events.get("swap_in", []), "frees": events.get("frees", []),
+            "prefix_hits": events.get("prefix_hits", []), "forks": events.get("forks", []),
+            "preemptions": plan.num_preemptions,
+        })
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """All lines of an allocation log (tests and small logs)."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]

@@ -1,0 +1,250 @@
+"""The fast path: the reference loop's exact decisions without visiting steady decodes.
+
+Two provably state-preserving shortcuts, checked by a test that compares every output byte
+with the reference loop (``SchedulerConfig.fast = False``):
+
+1. ``allocate_slots`` is skipped for a one-token step that needs no new block and fills no
+   block (with caching off, filling a block changes nothing either). Such a call changes no
+   manager state, so skipping it changes nothing. The next position that needs the call is
+   ``call_at = min(held slots, next block end - 1)``.
+2. A *steady* sequence (caught up, decoding, next call or finish still ahead) advances one
+   token per step with no work at all: its computed count is ``base + step``, and it sleeps
+   in a bucket keyed by the step of its next event (a call or its last token). Steps sum the
+   steady contexts from running totals, and the memory snapshot comes from ``sim/tally.py``.
+   A step whose token budget cannot cover everyone (a long prefill chunk) wakes every steady
+   sequence and runs the reference loop, since then running order decides who is served.
+
+Used only for the paged manager with full attention, recompute preemption and no forks.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sim.plan import StepPlan
+from sim.scheduler import Scheduler
+from sim.sequence import RUNNING, Seq
+from sim.tally import PagedTally
+
+if TYPE_CHECKING:
+    from allocator.interface import KVManager
+    from sim.options import SchedulerConfig
+    from sim.workload import Workload
+
+
+def _by_key(seq: Seq) -> int:
+    return seq.key
+
+
+class FastScheduler(Scheduler):
+    """Scheduler whose steps cost O(events), not O(running); same results by construction."""
+
+    def __init__(self, manager: KVManager, config: SchedulerConfig, workload: Workload,
+                 *, fanout: bool = False) -> None:
+        super().__init__(manager, config, workload, fanout=fanout)
+        self.block_size = config.block_size
+        self.caching = bool(getattr(manager, "enable_caching", False))
+        self.tally = PagedTally(manager, config.block_size)
+        self.buckets: dict[int, list[tuple[Seq, int]]] = {}
+        self.active: dict[int, Seq] = {}
+        self.active_computed = 0
+        self.num_steady = 0
+        self.steady_base = 0
+
+    # ---- steady set ----------------------------------------------------------------------
+
+    def _wake(self, seq: Seq) -> None:
+        """Make a steady sequence active again, with its computed count written back."""
+        c = seq.base + self.step_index
+        seq.req.num_computed_tokens = c
+        seq.num_out = c + 1 - seq.num_prompt
+        seq.steady = False
+        seq.gen += 1
+        self.num_steady -= 1
+        self.steady_base -= seq.base
+        self.active[seq.key] = seq
+        self.active_computed += c
+
+    def _settle(self, seq: Seq) -> None:
+        """After a step (step_index already counts it), put a caught-up decoding sequence to
+        sleep until its next event."""
+        c = seq.req.num_computed_tokens
+        if seq.status != RUNNING or c != seq.num_tokens - 1 or seq.num_out == 0:
+            return
+        last = seq.num_prompt + seq.group.output_len - 2
+        event = min(seq.call_at, last)
+        if event <= c:
+            return
+        seq.base = c - self.step_index
+        seq.steady = True
+        del self.active[seq.key]
+        self.active_computed -= c
+        self.num_steady += 1
+        self.steady_base += seq.base
+        self.buckets.setdefault(event - seq.base, []).append((seq, seq.gen))
+
+    # ---- scheduling ----------------------------------------------------------------------
+
+    def _schedule_running(self, plan: StepPlan) -> None:
+        order = self._due_now()
+        max_len = self.config.max_model_len
+        want = self.num_steady
+        for seq in self.active.values():
+            c = seq.req.num_computed_tokens
+            want += min(seq.num_tokens - c, max_len - 1 - c)
+        if want > plan.budget:
+            for seq in [s for s in self.running.values() if s.steady]:
+                self._wake(seq)
+            order = list(self.running.values())
+        else:
+            order.extend(self.active.values())
+            order.sort(key=_by_key)
+        stopped = self._run_seqs(plan, order)
+        if stopped is not None:
+            for key in reversed(list(self.running)):
+                if key < stopped:
+                    break
+                if self.running[key].steady:
+                    self._wake(self.running[key])
+        plan.num_steady = self.num_steady
+        plan.steady_context = self.steady_base + self.num_steady * self.step_index
+        plan.budget -= self.num_steady
+
+    def _due_now(self) -> list[Seq]:
+        """Steady sequences whose event is this step: a last token wakes them (the step's
+        results must be applied to them); a manager call is made in place (``_run_seqs``)."""
+        due = []
+        k = self.step_index
+        for seq, gen in self.buckets.pop(k, ()):
+            if not seq.steady or seq.gen != gen:
+                continue
+            if seq.base + k >= seq.num_prompt + seq.group.output_len - 2:
+                self._wake(seq)
+            else:
+                due.append(seq)
+        return due
+
+    def _run_seqs(self, plan: StepPlan, seqs: list[Seq]) -> int | None:
+        for seq in seqs:
+            if seq.steady:
+                if not self._steady_call(seq, plan):
+                    return seq.key
+            elif seq.status == RUNNING and not self._run_active(seq, plan):
+                return seq.key
+        return None
+
+    def _run_active(self, seq: Seq, plan: StepPlan) -> bool:
+        """The reference loop's body for one active sequence; False if it preempted itself."""
+        if plan.budget <= 0:
+            return True
+        c = seq.req.num_computed_tokens
+        n = min(seq.num_tokens - c, plan.budget, self.config.max_model_len - 1 - c)
+        if n <= 0:
+            return True
+        if (n != 1 or c >= seq.call_at) and not self._allocate_running(seq, c, n, plan):
+            return False
+        plan.add(seq, n, c)
+        return True
+
+    def _steady_call(self, seq: Seq, plan: StepPlan) -> bool:
+        """A steady sequence's one-token allocate_slots at its event, leaving it steady (the
+        hot path, so after_allocate is inlined); on failure it wakes and takes the reference
+        path, which preempts."""
+        c = seq.base + self.step_index
+        req = seq.req
+        req.num_computed_tokens = c
+        prompt = seq.num_prompt
+        done = req.num_output_tokens
+        if done <= c - prompt:
+            req.append_output_token_ids(seq.out_ids[done:c + 1 - prompt])
+        held = seq.held
+        tally = self.tally
+        taken = 0
+        if c >= held and self.caching:
+            head = tally.pool.free_block_queue.fake_free_list_head.next_free_block
+            taken = 0 if head is None or head.block_hash is None else 1
+        if self.manager.allocate_slots(req, 1) is None:
+            self._wake(seq)
+            return self._run_active(seq, plan)
+        self.epoch += 1
+        bs = self.block_size
+        if c >= held:
+            final = prompt + seq.group.output_len - 1
+            new_held = (c // bs + 1) * bs
+            tally.held_slots += new_held - held
+            tally.ceiling += min(final, new_held) - min(final, held)
+            tally.cached_free -= taken
+            seq.held = held = new_held
+        call_at = min(held, ((c + 1) // bs + 1) * bs - 1) if self.caching else held
+        seq.call_at = call_at
+        last = prompt + seq.group.output_len - 2
+        event = min(last, call_at)
+        self.buckets.setdefault(event - seq.base, []).append((seq, seq.gen))
+        return True
+
+    def can_skip(self, seq: Seq, n: int) -> bool:
+        return n == 1 and seq.req.num_computed_tokens < seq.call_at
+
+    def before_call(self, seq: Seq, c: int, n: int, hits: Any) -> int:
+        if not self.caching:
+            return 0
+        hits = hits.blocks[0] if hits is not None else None
+        need = -(-min(c + n, self.config.max_model_len) // self.block_size)
+        have = len(hits) if hits else seq.held // self.block_size
+        return self.tally.hashed_ahead(max(0, need - have), hits)
+
+    def after_allocate(self, seq: Seq, n: int, taken: int) -> None:
+        bs = self.block_size
+        c = seq.req.num_computed_tokens
+        end = min(c + n, self.config.max_model_len)
+        self.tally.set_held(seq, max(seq.held, -(-end // bs) * bs))
+        self.tally.cached_free -= taken
+        seq.call_at = min(seq.held, (end // bs + 1) * bs - 1) if self.caching else seq.held
+
+    def after_admit(self, seq: Seq, hit: int, n: int, taken: int) -> None:
+        self.active[seq.key] = seq
+        self.active_computed += hit
+        self.after_allocate(seq, n, taken)
+
+    def before_free(self, seq: Seq) -> None:
+        if self.caching:
+            self.tally.cached_free += self.tally.hashed_freed(seq.request_id)
+
+    def leave_running(self, seq: Seq) -> None:
+        super().leave_running(seq)
+        if seq.steady:
+            self._wake(seq)
+        if self.active.pop(seq.key, None) is not None:
+            self.active_computed -= seq.req.num_computed_tokens
+
+    def on_freed(self, seq: Seq) -> None:
+        self.tally.set_held(seq, 0)
+        seq.call_at = -1
+
+    # ---- after the step ------------------------------------------------------------------
+
+    def apply(self, plan: StepPlan, now: float, start: float) -> None:
+        for seq, n in zip(plan.seqs, plan.tokens):
+            if seq.status == RUNNING:
+                self.active_computed += n
+        super().apply(plan, now, start)
+        for seq in plan.seqs:
+            if seq.status == RUNNING and not seq.steady and seq.key in self.active:
+                self._settle(seq)
+
+    def snapshot(self) -> tuple[int, ...]:
+        """The memory snapshot after the step just applied (see ``sim/tally.py``)."""
+        computed = self.active_computed + self.steady_base + self.num_steady * self.step_index
+        return self.tally.snapshot(computed)
+
+    def materialize(self) -> None:
+        """Write every steady sequence's state back into its request (for --debug checks);
+        a steady sequence past its next event means an event was lost."""
+        for seq in self.running.values():
+            if seq.steady:
+                c = seq.base + self.step_index
+                event = min(seq.call_at, seq.num_prompt + seq.group.output_len - 2)
+                if c > event:
+                    raise AssertionError(f"{seq.request_id}: steady at {c} past its event {event}")
+                seq.req.num_computed_tokens = c
+                seq.num_out = c + 1 - seq.num_prompt
+                seq.flush()

@@ -1,0 +1,103 @@
+"""The SimPy model of one serving engine: an arrival process and an engine process.
+
+Arrivals replay the trace's times, putting each request in the scheduler's waiting queue and
+waking the engine if it sleeps. The engine loops: schedule a step, ``yield`` its predicted
+duration (step-time model plus any swap traffic over PCIe), apply the results, record the
+step with a memory snapshot. When nothing can run it sleeps until the next arrival. Both are
+short generators, SimPy's idiom; all the logic lives in the scheduler.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+if TYPE_CHECKING:
+    from sim.admission import Admission
+    from sim.metrics import RunLog
+    from sim.plan import StepPlan
+    from sim.step_base import StepModel, StepTime
+    from sim.workload import Workload
+
+Snapshot = Callable[[], tuple[int, ...]]
+
+
+@dataclass(slots=True)
+class EngineState:
+    """What the two processes share: the wake-up event, the arrival count and step hooks
+    (``on_plan`` before a step runs, ``on_step`` after it is applied)."""
+
+    wake: simpy.Event | None = None
+    num_arrived: int = 0
+    on_plan: list[Callable[[StepPlan, StepTime, float], None]] = field(default_factory=list)
+    on_step: list[Callable[[StepPlan, StepTime, float], None]] = field(default_factory=list)
+
+
+def arrivals(env: simpy.Environment, workload: Workload, sched: Admission,
+             state: EngineState) -> Generator[simpy.Event, Any, None]:
+    """Replay arrival times; each request joins the waiting queue at its time."""
+    times = workload.arrivals
+    for index, when in enumerate(times):
+        if when > env.now:
+            yield env.timeout(when - env.now)
+        sched.add_group(workload.make_group(index))
+        state.num_arrived = index + 1
+        if state.wake is not None and not state.wake.triggered:
+            state.wake.succeed()
+
+
+def engine(env: simpy.Environment, sched: Any, model: StepModel, swap_time: Callable[[int], float],
+           log: RunLog, snapshot: Snapshot, state: EngineState,
+           total: int) -> Generator[simpy.Event, Any, None]:
+    """Schedule, run and apply steps until every request has left."""
+    stalled: tuple[int, ...] | None = None
+    while True:
+        plan = sched.schedule(env.now)
+        if plan is None:
+            marker = (sched.epoch, len(sched.waiting), len(sched.swapped), len(sched.running),
+                      len(log.groups))
+            if marker != stalled and (sched.waiting or sched.swapped or sched.running):
+                stalled = marker
+                continue
+            if state.num_arrived == total:
+                sched.give_up()
+                return
+            state.wake = env.event()
+            yield state.wake
+            state.wake = None
+            continue
+        stalled = None
+        st = predict(model, plan)
+        swap_s = swap_time(plan.swap_out_blocks) + swap_time(plan.swap_in_blocks)
+        duration = st.attention_s + st.linear_s + st.overhead_s + swap_s
+        start = env.now
+        for hook in state.on_plan:
+            hook(plan, st, start)
+        yield env.timeout(duration)
+        sched.apply(plan, env.now, start)
+        record_step(log, sched, plan, st, start, duration, swap_s, snapshot())
+        for hook in state.on_step:
+            hook(plan, st, start)
+
+
+def predict(model: StepModel, plan: StepPlan) -> StepTime:
+    """Step time of a plan; the batch is summarised exactly as ``StepModel.predict`` does."""
+    if model.decode_context_cap is not None:
+        return model.predict(list(zip(plan.tokens, plan.contexts)))
+    num_decode, context, prefills, _ = plan.split()
+    return model.predict_split(num_decode, context, prefills)
+
+
+def record_step(log: RunLog, sched: Any, plan: StepPlan, st: StepTime, start: float,
+                duration: float, swap_s: float, snap: tuple[int, ...]) -> None:
+    """Append one row in ``metrics.STEP_COLUMNS`` order."""
+    num_decode, _, prefills, total = plan.split()
+    log.steps.append((
+        sched.step_index - 1, start, duration, st.attention_s, st.linear_s, st.overhead_s,
+        swap_s, len(sched.running), sched.num_running_groups, sched.num_waiting(),
+        len(sched.swapped), num_decode + len(prefills), total - num_decode, num_decode,
+        *snap, plan.prefix_queries, plan.prefix_hits, plan.num_preemptions, plan.num_copies,
+        plan.swap_out_blocks, plan.swap_in_blocks,
+    ))

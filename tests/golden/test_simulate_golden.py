@@ -1,0 +1,110 @@
+"""simulate.py on tiny traces: summaries match the checked-in golden files, runs repeat
+byte for byte, and the fast path writes the same files as the reference loop.
+
+Regenerate the golden files after an intended change with
+``PAGEDSIM_UPDATE_GOLDEN=1 python -m pytest tests/golden/test_simulate_golden.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+GOLDEN = Path(__file__).resolve().parent
+CASES: dict[str, list[str]] = {
+    "tiny_azure": [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "400"],
+    "tiny_mooncake_n2": [str(DATA / "tiny_mooncake.jsonl"), "--num-gpu-blocks", "300",
+                         "--n", "2", "--allocators", "paged,paged-nocache,pow2"],
+    "default_swap": ["--limit", "40", "--num-gpu-blocks", "120", "--preemption", "swap",
+                     "--allocators", "paged,oracle", "--placement", "first-fit"],
+}
+
+
+def _simulate(out: Path, args: list[str]) -> dict[str, Any]:
+    code = main([*args, "--out", str(out), "--no-progress"])
+    assert code == 0
+    with (out / "summary.json").open() as fh:
+        summary: dict[str, Any] = json.load(fh)
+    return summary
+
+
+def _strip(summary: dict[str, Any]) -> dict[str, Any]:
+    for entry in summary["allocators"].values():
+        entry.pop("wall_s")
+    summary["trace"].pop("path")
+    return summary
+
+
+def _close(actual: Any, expected: Any) -> None:
+    if isinstance(expected, dict):
+        assert sorted(actual) == sorted(expected)
+        for key in expected:
+            _close(actual[key], expected[key])
+    elif isinstance(expected, float):
+        assert actual == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    else:
+        assert actual == expected
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_summary_matches_golden(case: str, tmp_path: Path) -> None:
+    """Every allocator's summary equals the checked-in one (floats to 1e-9)."""
+    summary = _strip(_simulate(tmp_path, CASES[case]))
+    golden = GOLDEN / f"simulate_{case}.json"
+    if os.environ.get("PAGEDSIM_UPDATE_GOLDEN"):
+        golden.write_text(json.dumps(summary, indent=2) + "\n")
+    _close(summary, json.loads(golden.read_text()))
+    for entry in summary["allocators"].values():
+        assert entry["leaked_blocks"] == 0
+
+
+def test_same_inputs_give_byte_identical_outputs(tmp_path: Path) -> None:
+    """Two runs: summary.json identical except wall_s; the parquet files identical."""
+    args = CASES["tiny_mooncake_n2"]
+    _simulate(tmp_path / "a", args)
+    _simulate(tmp_path / "b", args)
+    wall = re.compile(r'"wall_s": [0-9.e+-]+')
+    texts = [wall.sub('"wall_s": 0', (tmp_path / d / "summary.json").read_text())
+             for d in ("a", "b")]
+    assert texts[0] == texts[1]
+    for name in ("requests.parquet", "steps.parquet"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_shortcut_gives_byte_identical_files(tmp_path: Path) -> None:
+    """The fast path and --no-fast write the same requests, steps and summaries."""
+    args = [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "160", "--allocators",
+            "paged,paged-nocache"]
+    fast = _strip(_simulate(tmp_path / "fast", args))
+    ref = _strip(_simulate(tmp_path / "ref", [*args, "--no-fast"]))
+    assert fast["counters"]["paged"]["fast_path"] and not ref["counters"]["paged"]["fast_path"]
+    assert fast["allocators"] == ref["allocators"]
+    for name in ("requests.parquet", "steps.parquet"):
+        assert (tmp_path / "fast" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
+
+
+def test_output_files_follow_the_schema(tmp_path: Path) -> None:
+    """Every file exists, carries schema_version, and parquet columns are the schema's."""
+    _simulate(tmp_path, CASES["default_swap"])
+    schema = json.loads((ROOT / "sim" / "results_schema.json").read_text())
+    for name in ("summary.json", "config.json", "trace_summary.json"):
+        data = json.loads((tmp_path / name).read_text())
+        assert data["schema_version"] == schema["schema_version"]
+    for name in ("requests.parquet", "steps.parquet"):
+        table = pq.read_table(tmp_path / name)
+        assert table.column_names == list(schema["files"][name]["columns"])
+        assert table.schema.metadata[b"schema_version"] == str(schema["schema_version"]).encode()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    keys = list(schema["files"]["summary.json"]["keys"])
+    assert all(list(entry) == keys for entry in summary["allocators"].values())
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["provenance"]["seed"] == 0 and "git_commit" in config["provenance"]

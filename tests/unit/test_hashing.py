@@ -1,0 +1,179 @@
+"""Unit tests for allocator/hashing.py: vLLM 0.14 block hashing (spec section 3)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from allocator import hashing
+from allocator.hashing import (
+    BlockHashListWithBlockSize,
+    blake2b,
+    generate_block_hash_extra_keys,
+    get_block_hash,
+    get_group_id,
+    get_hash_fn_by_name,
+    get_request_block_hasher,
+    hash_block_tokens,
+    init_none_hash,
+    make_block_hash_with_group_id,
+    sha256,
+    sha256_cbor,
+)
+from allocator.request import Request
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def seed_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+
+
+def test_sha256_vectors(seed_zero: None) -> None:
+    """The spec's 3.4 sha256 vectors hold with PYTHONHASHSEED=0 and block size 16."""
+    none_hash = init_none_hash(sha256)
+    assert none_hash.hex() == "1973e23848344dc43a988a9b478663803cfffe1243480253f9a3cf004b14aa7c"
+    h0 = hash_block_tokens(sha256, None, range(16))
+    h1 = hash_block_tokens(sha256, h0, range(16, 32))
+    assert h0.hex() == "6358e31578a64b75ebe28cdb99d3beae65de82a2087321dc6ec84ae048faaaa6"
+    assert h1.hex() == "3c3c50f324aefbdfbb124dfdc541efac3e94e59c40f4be08afe70601eeca92c8"
+
+
+def test_sha256_cbor_vectors(seed_zero: None) -> None:
+    """The spec's 3.4 sha256_cbor vectors hold with PYTHONHASHSEED=0."""
+    none_hash = init_none_hash(sha256_cbor)
+    assert none_hash.hex() == "4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e"
+    h0 = hash_block_tokens(sha256_cbor, None, range(16))
+    h1 = hash_block_tokens(sha256_cbor, h0, range(16, 32))
+    assert h0.hex() == "d830de3d42c00f25a2949b5d12d98642664a44872c1614c5b0147556276afc9c"
+    assert h1.hex() == "fedd9e4abebebbe6f6cf96b682f08d316063fe2f22a5c552192dd62904fcccac"
+
+
+def test_sha256_is_pickle_protocol_5() -> None:
+    """sha256 hashes the protocol-5 pickle of its argument."""
+    import hashlib
+
+    obj = (b"p", (1, 2), None)
+    expected = hashlib.sha256(pickle.dumps(obj, protocol=5)).digest()
+    assert sha256(obj) == expected
+
+
+def test_sha256_cbor_missing_module_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without cbor2, sha256_cbor raises ImportError naming the package."""
+    monkeypatch.setitem(sys.modules, "cbor2", None)
+    with pytest.raises(ImportError, match="cbor2"):
+        sha256_cbor((1, 2))
+
+
+def test_none_hash_without_seed_is_random(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without PYTHONHASHSEED the seed is 32 random bytes, different on each call."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    first, second = init_none_hash(sha256), init_none_hash(sha256)
+    assert len(first) == 32 and first != second
+
+
+def test_hash_block_tokens_needs_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hashing a first block before init_none_hash raises a clear RuntimeError."""
+    monkeypatch.setattr(hashing, "NONE_HASH", None)
+    with pytest.raises(RuntimeError, match="init_none_hash"):
+        hash_block_tokens(sha256, None, [1, 2])
+
+
+def test_empty_parent_uses_seed(seed_zero: None) -> None:
+    """A falsy parent (b'') is replaced by NONE_HASH, like None."""
+    init_none_hash(sha256)
+    assert hash_block_tokens(sha256, b"", [1, 2]) == hash_block_tokens(sha256, None, [1, 2])
+
+
+@pytest.mark.parametrize("name", ["sha256", "sha256_cbor", "xxhash", "blake2b", "fast"])
+def test_hash_fns_deterministic_across_processes(name: str) -> None:
+    """Each named hash function gives the same digest in a fresh interpreter."""
+    fn = get_hash_fn_by_name(name)
+    obj = (b"parent", (1, 2, 3), ("salt",))
+    code = (
+        "from allocator.hashing import get_hash_fn_by_name as g;"
+        f"print(g({name!r})((b'parent', (1, 2, 3), ('salt',))).hex())"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "random"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == fn(obj).hex()
+
+
+def test_blake2b_is_16_bytes() -> None:
+    """The stdlib fast option returns a 16-byte digest."""
+    assert len(blake2b((1, 2))) == 16
+
+
+def test_unknown_hash_name() -> None:
+    """An unknown hash name raises ValueError naming it."""
+    with pytest.raises(ValueError, match="'md5'"):
+        get_hash_fn_by_name("md5")
+
+
+def test_group_id_key_round_trip() -> None:
+    """The cache key is hash + 4 big-endian bytes of the group id, and splits back."""
+    key = make_block_hash_with_group_id(b"\x01\x02", 258)
+    assert key == b"\x01\x02\x00\x00\x01\x02"
+    assert get_block_hash(key) == b"\x01\x02" and get_group_id(key) == 258
+
+
+def test_extra_keys_salt_first_block_only() -> None:
+    """The cache salt is an extra key of blocks starting at token 0 only (spec 3.6)."""
+    request = Request("r", range(12), 4, cache_salt="salt")
+    assert generate_block_hash_extra_keys(request, 0, 1) == (("salt",), 0)
+    assert generate_block_hash_extra_keys(request, 0, 10) == (("salt",), 0)
+    assert generate_block_hash_extra_keys(request, 1, 2) == (None, 0)
+    assert generate_block_hash_extra_keys(request, 6, 10) == (None, 0)
+
+
+def test_extra_keys_lora_then_salt() -> None:
+    """LoRA name comes before the salt; no keys gives None."""
+    request = Request("r", range(4), 4, lora_name="test_lora_adapter", cache_salt="s")
+    assert generate_block_hash_extra_keys(request, 0, 4)[0] == ("test_lora_adapter", "s")
+    assert generate_block_hash_extra_keys(request, 4, 8)[0] == ("test_lora_adapter",)
+    assert generate_block_hash_extra_keys(Request("q", [1], 1), 0, 1)[0] is None
+
+
+def test_request_hasher_chains_with_extra_keys(seed_zero: None) -> None:
+    """Request hashes equal hash_block_tokens chained over full blocks with their extra keys."""
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(3, sha256)
+    request = Request("r", range(7), 4, lora_name="lora", cache_salt="salt", block_hasher=hasher)
+    h0 = hash_block_tokens(sha256, None, (0, 1, 2), ("lora", "salt"))
+    h1 = hash_block_tokens(sha256, h0, (3, 4, 5), ("lora",))
+    assert request.block_hashes == [h0, h1]
+
+
+def test_salt_changes_only_through_chain(seed_zero: None) -> None:
+    """Different salts give different hashes for every block of the same tokens."""
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(2, sha256)
+    a = Request("a", range(6), 1, cache_salt="x", block_hasher=hasher)
+    b = Request("b", range(6), 1, cache_salt="y", block_hasher=hasher)
+    assert all(x != y for x, y in zip(a.block_hashes, b.block_hashes))
+    assert len(a.block_hashes) == 3
+
+
+def test_hasher_rejects_bad_block_size() -> None:
+    """A block size below 1 raises ValueError naming it."""
+    with pytest.raises(ValueError, match="0"):
+        get_request_block_hasher(0, sha256)
+
+
+def test_block_hash_list_with_block_size() -> None:
+    """Large-block hashes are the byte concatenation of the small ones (0.14)."""
+    view = BlockHashListWithBlockSize([b"a", b"b", b"c", b"d", b"e"], 4, 8)
+    assert len(view) == 2
+    assert view[0] == b"ab" and view[1] == b"cd"
+    with pytest.raises(IndexError):
+        view[2]
+    with pytest.raises(ValueError):
+        BlockHashListWithBlockSize([], 4, 6)

@@ -1,0 +1,84 @@
+"""Tests of reports/sweep.py and reports/sweep_plots.py: capacity, tables and the two figures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reports import ReportError
+from reports import schema as S
+from reports.sweep import capacity, capacity_table, capacity_text, fix_other_axes, load_sweep
+from reports.sweep_plots import plot_latency_vs_rate, plot_waste_vs_block_size
+from tests.unit import reports_data
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return reports_data.rate_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return reports_data.sweep_dir(tmp_path_factory)
+
+
+def test_capacity_stops_at_the_first_violation() -> None:
+    """Rates 1, 2, 4, 8 with latencies 0.1, 0.15, 0.3, 0.1: capacity 2 (8 comes after a miss)."""
+    assert capacity([4, 1, 8, 2], [0.3, 0.1, 0.1, 0.15], 0.2) == (2, True)
+    assert capacity([1, 2], [0.1, 0.1], 0.2) == (2, False)
+    assert capacity([1, 2], [0.5, None], 0.2) == (None, True)
+    assert capacity_text(2, False) == ">= 2"
+    assert capacity_text(None, True) == "below the lowest rate"
+
+
+def test_result_dirs_become_a_sweep_table(runs: list[Path]) -> None:
+    """Three runs of two allocators give six rows with block size and request rate."""
+    table = load_sweep(runs)
+    assert len(table) == 6 and set(table[S.ALLOCATOR]) == {"paged", "max"}
+    assert sorted(table["block_size"].unique()) == [16, 32]
+    assert table["request_rate"].nunique() == 2
+    fixed, note = fix_other_axes(table, "request_rate")
+    assert set(fixed["block_size"]) == {16} and note == "block size 16"
+
+
+def test_latency_vs_rate_from_result_dirs(runs: list[Path]) -> None:
+    """One curve per allocator plus the SLO line; labels carry capacities; units on axes."""
+    fig = plot_latency_vs_rate(load_sweep(runs), slo=0.2)
+    assert fig is not None
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+    assert labels[-1] == "SLO 0.2 s/token"
+    assert [lbl.split(" (")[0] for lbl in labels[:-1]] == ["paged", "max"]
+    assert all("capacity" in lbl for lbl in labels[:-1])
+    assert ax.get_xlabel() == "Request rate (req/s)"
+    assert ax.get_ylabel() == "Mean normalised latency (s/token)"
+
+
+def test_waste_vs_block_size_from_result_dirs(runs: list[Path]) -> None:
+    """Block sizes 16 and 32 at the common rate give two points per allocator."""
+    fig = plot_waste_vs_block_size(load_sweep(runs))
+    assert fig is not None
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.lines] == ["paged", "max"]
+    assert all(list(line.get_xdata()) == [16, 32] for line in ax.lines)
+    assert ax.get_xlabel() == "Block size (tokens per block)"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32"]
+
+
+def test_sweep_directory_gets_request_rates(sweep: Path) -> None:
+    """A sim.sweep directory reads back with each cell's request rate in req/s."""
+    table = load_sweep([sweep])
+    assert len(table) == 4 and table.attrs["failed_cells"] == 0
+    assert table["request_rate"].nunique() == 2
+    ratio = table["request_rate"].max() / table["request_rate"].min()
+    assert ratio == pytest.approx(8.0, rel=0.01)
+    caps = capacity_table(table, 0.2)
+    assert [name for name, _, _ in caps] == ["paged", "max"]
+    assert plot_waste_vs_block_size(table) is None
+    assert plot_latency_vs_rate(table) is not None
+
+
+def test_missing_sweep_file_is_named(tmp_path: Path) -> None:
+    """A directory with neither sweep.parquet nor summary.json names the missing file."""
+    with pytest.raises(ReportError, match=r"sweep\.parquet: file not found"):
+        load_sweep([tmp_path])

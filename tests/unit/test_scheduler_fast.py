@@ -1,0 +1,65 @@
+"""The shortcut test: the fast path (skipped no-op allocate_slots calls, steady decodes,
+running-total snapshots) must give byte-identical results to the reference loop."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sim.gpus import get_gpu
+from sim.models import get_model
+from sim.options import SchedulerConfig
+from sim.run import RunResult, run_allocator
+from sim.step_model import make_step_model
+from traces import default_workload, limit
+
+MODEL = make_step_model("roofline", get_model("llama-2-7b"), get_gpu("a100-80gb"))
+
+
+def _run(fast: bool, trace: Any, **options: Any) -> RunResult:
+    config = SchedulerConfig(fast=fast, **options)
+    return run_allocator("paged", trace, config, MODEL, lambda blocks: 0.0)
+
+
+def _same(a: RunResult, b: RunResult) -> None:
+    assert a.fast and not b.fast
+    assert a.log.step_columns() == b.log.step_columns()
+    assert a.log.request_columns() == b.log.request_columns()
+    sa, sb = dict(a.summary), dict(b.summary)
+    del sa["wall_s"], sb["wall_s"]
+    assert sa == sb
+
+
+@pytest.mark.parametrize("options", [
+    {"num_gpu_blocks": 150},
+    {"num_gpu_blocks": 150, "max_num_batched_tokens": 400},
+    {"num_gpu_blocks": 150, "prefix_caching": False},
+    {"num_gpu_blocks": 200, "n": 2, "sampling_mode": "fanout"},
+], ids=["preempting", "tight-budget", "no-caching", "fanout"])
+def test_fast_path_is_byte_identical(options: dict[str, Any]) -> None:
+    """Shared system prompts, preemptions and budget cuts: same steps, requests, summary."""
+    trace = limit(default_workload(seed=3), 50)
+    fast, ref = _run(True, trace, **options), _run(False, trace, **options)
+    assert fast.summary["num_finished"] == 50
+    _same(fast, ref)
+
+
+def test_fast_path_exercised_preemption_and_hits() -> None:
+    """The preempting case really preempts and hits the cache (so the test means something)."""
+    result = _run(True, limit(default_workload(seed=3), 50), num_gpu_blocks=150)
+    assert result.summary["num_preemptions"] > 0
+    assert result.summary["prefix_hit_rate"] > 0
+
+
+def test_debug_checks_fast_snapshot_every_step() -> None:
+    """--debug compares the running-total snapshot with memory_snapshot() after each step."""
+    trace = limit(default_workload(seed=4), 40)
+    result = _run(True, trace, num_gpu_blocks=200, debug=True)
+    assert result.summary["leaked_blocks"] == 0 and result.summary["num_preemptions"] > 0
+
+
+def test_fast_path_only_where_proven() -> None:
+    """cow forks and swap run the reference loop."""
+    trace = limit(default_workload(seed=3), 5)
+    assert not _run(True, trace, num_gpu_blocks=300, n=2).fast
+    assert not _run(True, trace, num_gpu_blocks=300, preemption="swap", num_cpu_blocks=64).fast

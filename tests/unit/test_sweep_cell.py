@@ -1,0 +1,114 @@
+"""One sweep cell: options to argv, the trace cache, running and recording (sim/sweep_cell.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import traces
+from sim.sweep_cell import (
+    CellTask,
+    OptionError,
+    TraceCache,
+    cell_args,
+    execute_cell,
+    run_cell,
+    to_argv,
+)
+from sim.sweep_store import CELL_FILE, ERROR_FILE
+
+TRACE = "Timestamp,Request tokens,Response tokens\n0,100,20\n0.5,60,10\n1.0,80,15\n"
+
+
+def fake_ok(options: dict[str, Any], out_dir: Path, cache: TraceCache) -> dict[str, Any]:
+    print("simulated")
+    return {"allocators": {"paged": {"x": options["x"] * 2}}}
+
+
+def fake_raise(options: dict[str, Any], out_dir: Path, cache: TraceCache) -> dict[str, Any]:
+    raise ValueError("no good")
+
+
+def fake_exit(options: dict[str, Any], out_dir: Path, cache: TraceCache) -> dict[str, Any]:
+    import sys
+
+    print("simulate.py: error: argument --x: bad", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def test_to_argv_maps_every_kind_of_option() -> None:
+    """Flags follow simulate.py's parser: --x/--no-x, store_true, store_false, lists, trace."""
+    argv = to_argv({"trace": "/t.csv", "allocators": ["paged", "max"], "chunked_prefill": False,
+                    "prefix_caching": True, "debug": True, "fast": False, "rate_scale": 2.0,
+                    "record_allocation_log": False}, ["--out", "o"])
+    assert argv == ["--allocators=paged,max", "--no-chunked-prefill", "--prefix-caching",
+                    "--debug", "--no-fast", "--rate-scale=2", "--out", "o", "--", "/t.csv"]
+    args = cell_args({"trace": "/t.csv", "block_size": 8, "fast": False}, "dir")
+    assert (args.trace, args.block_size, args.fast, args.out, args.progress) == \
+        ("/t.csv", 8, False, "dir", False)
+
+
+@pytest.mark.parametrize("options, key, text", [
+    ({"blocksize": 8}, "blocksize", "not a simulate.py option"),
+    ({"debug": 1}, "debug", "expected true or false"),
+    ({"block_size": True}, "block_size", "expected a value"),
+    ({"block_size": 0}, "block_size", "--block-size"),
+    ({"preemption": "never"}, "preemption", "invalid choice"),
+])
+def test_refused_options_name_their_key(options: dict[str, Any], key: str, text: str) -> None:
+    """Options simulate.py would refuse raise OptionError naming the option."""
+    with pytest.raises(OptionError) as info:
+        cell_args(options, "o")
+    assert info.value.key == key and text in str(info.value)
+
+
+def test_trace_cache_loads_once_and_restores(tmp_path: Path) -> None:
+    """Within installed(), traces.load_trace answers from the cache; outside it is restored."""
+    path = tmp_path / "t.csv"
+    path.write_text(TRACE)
+    cache = TraceCache()
+    original = traces.load_trace
+    with cache.installed():
+        first = traces.load_trace(path, None, seed=0)
+        again = traces.load_trace(str(path), None, seed=0)
+        other = traces.load_trace(path, None, seed=1)
+        default = traces.default_workload(3)
+        assert traces.default_workload(3) is default
+    assert first is again and other is not first and len(first) == 3
+    assert cache.num_loads == 3
+    assert traces.load_trace is original
+
+
+def test_execute_cell_records_success(tmp_path: Path) -> None:
+    """A finished cell has cell.json with its summary and a log of the simulator's output."""
+    record = execute_cell(CellTask(str(tmp_path), "x=2", {"x": 2}, {"x": 2}, fake_ok))
+    assert record["status"] == "ok" and record["summary"]["allocators"]["paged"]["x"] == 4
+    on_disk = json.loads((tmp_path / "x=2" / CELL_FILE).read_text())
+    assert on_disk["summary"] == record["summary"] and on_disk["options"] == {"x": 2}
+    assert (tmp_path / "x=2" / "cell.log").read_text() == "simulated\n"
+
+
+@pytest.mark.parametrize("runner, text", [(fake_raise, "ValueError: no good"),
+                                          (fake_exit, "argument --x: bad")])
+def test_execute_cell_records_failure(tmp_path: Path, runner: Any, text: str) -> None:
+    """A raising cell (even SystemExit) is recorded in error.json instead of propagating."""
+    record = execute_cell(CellTask(str(tmp_path), "c", {}, {"x": 1}, runner))
+    assert record["status"] == "failed" and text in record["error"]
+    assert json.loads((tmp_path / "c" / ERROR_FILE).read_text())["error"] == record["error"]
+    assert not (tmp_path / "c" / CELL_FILE).exists()
+
+
+def test_run_cell_runs_the_simulator(tmp_path: Path) -> None:
+    """run_cell is simulate.py with the cell's options: its summary and files are there."""
+    path = tmp_path / "t.csv"
+    path.write_text(TRACE)
+    out = tmp_path / "out"
+    summary = run_cell({"trace": str(path), "allocators": "paged,max", "rate_scale": 2.0},
+                       out, TraceCache())
+    assert list(summary["allocators"]) == ["paged", "max"]
+    assert summary["allocators"]["paged"]["num_finished"] == 3
+    assert json.loads((out / "summary.json").read_text()) == summary
+    config = json.loads((out / "config.json").read_text())
+    assert config["options"]["rate_scale"] == 2.0
