@@ -101,8 +101,12 @@ class BlockPool:
         self.blocks = [KVCacheBlock(idx) for idx in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.num_cached_free_blocks = 0
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
+        # Free blocks that still carry a hash (evictable cached blocks), kept so that the
+        # memory snapshot is O(1); a pagedsim addition that changes no vLLM behaviour.
+        self.num_cached_free_blocks = 0
 
     def get_cached_block(
         self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]
@@ -173,6 +177,7 @@ class BlockPool:
             for block in ret:
                 block_hash = block._block_hash
                 if block_hash is not None:
+                    self.num_cached_free_blocks -= 1
                     if cache_dict.get(block_hash) is block:
                         # The common case of _maybe_evict_cached_block, inlined.
                         del cache_dict[block_hash]
@@ -204,6 +209,8 @@ class BlockPool:
         for block in blocks:
             if block.ref_cnt == 0 and not block.is_null:
                 queue.remove(block)
+                if block._block_hash is not None:
+                    self.num_cached_free_blocks -= 1
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
@@ -220,9 +227,9 @@ class BlockPool:
                 for undo in blocks_list[: idx + 1]:
                     undo.ref_cnt += 1
                 raise ValueError(f"double free of block {block.block_id} (ref_cnt was 0)")
-        self.free_block_queue.append_n(
-            [block for block in blocks_list if block.ref_cnt == 0 and not block.is_null]
-        )
+        freed = [block for block in blocks_list if block.ref_cnt == 0 and not block.is_null]
+        self.num_cached_free_blocks += sum(1 for block in freed if block._block_hash is not None)
+        self.free_block_queue.append_n(freed)
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         """Remove the given blocks from the prefix cache; ref counts and the queue are untouched.
@@ -233,7 +240,9 @@ class BlockPool:
         for block_id in block_ids:
             if not 0 <= block_id < len(self.blocks):
                 raise ValueError(f"block id {block_id} out of range [0, {len(self.blocks)})")
-            self._maybe_evict_cached_block(self.blocks[block_id])
+            block = self.blocks[block_id]
+            if self._maybe_evict_cached_block(block) and block.ref_cnt == 0 and not block.is_null:
+                self.num_cached_free_blocks -= 1
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refuses (returns False, changes nothing) while blocks are held."""
@@ -245,6 +254,7 @@ class BlockPool:
             )
             return False
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.num_cached_free_blocks = 0
         for block in self.blocks:
             block.reset_hash()
         return True
@@ -278,6 +288,8 @@ class BlockPool:
             )
             held += block.ref_cnt > 0
         _check(len(free) + held == self.num_gpu_blocks - 1, "free + held != N - 1")
+        cached_free = sum(1 for block in free if block.block_hash is not None)
+        _check(cached_free == self.num_cached_free_blocks, "num_cached_free_blocks is stale")
         for key, blocks in self.cached_block_hash_to_block.items():
             for block in blocks:
                 _check(block.block_hash == key, f"block {block.block_id} cached under a wrong key")

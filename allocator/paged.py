@@ -53,6 +53,9 @@ class PagedKVCacheManager(KVCacheManager):
         )
         self.requests: dict[str, Request] = {}
         self.copy_plan: CopyPlan = []
+        # Without a fork only prefix hits are shared, and those are full blocks that are
+        # never written again, so the copy-on-write scan can be skipped until the first fork.
+        self.has_forked = False
         self.swap_space = SwapSpace(self, num_cpu_blocks)
 
     @classmethod
@@ -137,6 +140,7 @@ class PagedKVCacheManager(KVCacheManager):
             if not block.is_null:
                 block.ref_cnt += 1
         manager.req_to_blocks[child_id] = list(parent_blocks)
+        self.has_forked = True
         if parent_id in manager.num_cached_block:
             manager.num_cached_block[child_id] = manager.num_cached_block[parent_id]
         if child_request.block_hashes != parent_request.block_hashes:
@@ -189,6 +193,8 @@ class PagedKVCacheManager(KVCacheManager):
 
     def _shared_blocks_to_write(self, request: Request, num_slots: int) -> list[int]:
         """Indices of shared (ref_cnt > 1) blocks in the slot range about to be written."""
+        if not self.has_forked:
+            return []
         blocks = self.single_type_manager.req_to_blocks.get(request.request_id)
         if not blocks or num_slots <= 0:
             return []

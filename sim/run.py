@@ -108,6 +108,7 @@ def run_allocator(name: str, trace: Trace, config: SchedulerConfig, model: StepM
     else:
         sched = Scheduler(manager, config, workload, fanout=fanout, request_batching=name == "ft",
                           independent=not isinstance(manager, PagedKVCacheManager))
+    sched.eager_append = not isinstance(sched, FastScheduler)
     if isinstance(manager, PagedKVCacheManager) and sliding_window is None:
         sched.can_ever_fit = paged_fit(config)
     log = RunLog(len(trace))

@@ -1,0 +1,63 @@
+"""Simulator speed: the full Azure conversation trace, default configuration, paged allocator.
+
+Runs ``simulate.py``'s default configuration (Llama-2-7B on an A100-80GB, chunked prefill,
+prefix caching, recompute preemption) with ``--allocators paged`` at ``--rate-scale`` 1 and 4
+and prints simulated requests per second of wall time and of process CPU time (CPU time is
+less disturbed by other jobs on a shared machine). Target: >= 2,000 req/s at rate 1, and no
+more than 2x slower per request at rate 4. Figures go in benchmarks/RESULTS.md ("Simulator").
+
+    PYTHONPATH=. python benchmarks/bench_sim.py [--trace PATH] [--scales 1,4] [--limit N]
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from pathlib import Path
+
+from sim.capacity import plan_kv_capacity
+from sim.gpus import get_gpu
+from sim.models import get_model
+from sim.options import SchedulerConfig
+from sim.run import run_allocator
+from sim.step_model import make_step_model
+from sim.swap_cost import make_swap_cost
+from traces import limit, load_trace, scale_rate
+
+DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / \
+    "AzureLLMInferenceTrace_conv.csv"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default=str(DEFAULT_TRACE))
+    parser.add_argument("--scales", default="1,4")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--allocator", default="paged")
+    args = parser.parse_args()
+    model, gpu = get_model("llama-2-7b"), get_gpu("a100-80gb")
+    capacity = plan_kv_capacity(model, gpu, swap_space_gib=4.0)
+    step_model = make_step_model("roofline", model, gpu)
+    swap = make_swap_cost(model, gpu, 16)
+    base = load_trace(args.trace)
+    if args.limit:
+        base = limit(base, args.limit)
+    print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, "
+          f"{len(base)} requests, {capacity.num_gpu_blocks} blocks")
+    for scale in (float(s) for s in args.scales.split(",")):
+        trace = scale_rate(base, scale) if scale != 1 else base
+        config = SchedulerConfig(num_gpu_blocks=capacity.num_gpu_blocks,
+                                 num_cpu_blocks=capacity.num_cpu_blocks)
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = run_allocator(args.allocator, trace, config, step_model, swap.time_s)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        s = result.summary
+        print(f"rate x{scale:g}: {wall:.1f} s wall ({len(trace) / wall:.0f} req/s), "
+              f"{cpu:.1f} s CPU ({len(trace) / cpu:.0f} req/s); {result.counters['num_steps']} "
+              f"steps, batch {s['mean_batch_size']:.1f}, preemptions {s['num_preemptions']}, "
+              f"finished {s['num_finished']}, rejected {s['num_rejected']}, "
+              f"fast path {result.fast}")
+
+
+if __name__ == "__main__":
+    main()
