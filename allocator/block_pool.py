@@ -101,7 +101,6 @@ class BlockPool:
         self.blocks = [KVCacheBlock(idx) for idx in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
-        self.num_cached_free_blocks = 0
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         # Free blocks that still carry a hash (evictable cached blocks), kept so that the

@@ -160,7 +160,8 @@ class KVCacheManager:
         # no external tokens, no skipped blocks, blocks already held. vLLM's stages then reduce
         # to "top up to cdiv(need, block_size) blocks, then cache the newly full ones"; the
         # staged form below gives the same result and handles everything else.
-        req_blocks = self._req_to_blocks.get(request.request_id)
+        request_id = request.request_id
+        req_blocks = self._req_to_blocks.get(request_id)
         if (
             req_blocks is None
             or new_computed_blocks is not None
@@ -197,9 +198,7 @@ class KVCacheManager:
         if self.enable_caching and not delay_cache_blocks:
             # Cheap test first: capping at request.num_tokens can only lower the count.
             num_tokens_to_cache = total_computed + num_new_tokens
-            if num_tokens_to_cache // block_size > self._num_cached_block.get(
-                request.request_id, 0
-            ):
+            if num_tokens_to_cache // block_size > self._num_cached_block.get(request_id, 0):
                 num_tokens = request.num_tokens
                 if num_tokens_to_cache > num_tokens:  # noqa: PLR1730
                     num_tokens_to_cache = num_tokens

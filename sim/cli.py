@@ -109,6 +109,8 @@ def build_parser() -> Parser:
     w.add_argument("--report", action="store_true", help="build the report (reports/) after")
     w.add_argument("--validate", action="store_true",
                    help="replay the allocation log on GPU kernels (kernels/) after")
+    w.add_argument("--sweep", metavar="SPEC", default=None,
+                   help="run the sweep SPEC.toml instead (same as python -m sim.sweep SPEC)")
     return p
 
 
@@ -116,6 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run simulate.py with ``argv``; returns the exit status."""
     from sim.simulation import InputError, run_from_args
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(arg == "--sweep" or arg.startswith("--sweep=") for arg in argv):
+        from sim.sweep import main_from_simulate
+
+        return main_from_simulate(argv)
     args = build_parser().parse_args(argv)
     try:
         return run_from_args(args)

@@ -77,9 +77,14 @@ def multi_turn_chat(
 
 
 def default_workload(seed: int = 0) -> Trace:
-    """The built-in workload: 600 ShareGPT-like requests, Poisson at 2 req/s (~5 min),
-    half of them opening with one of 4 shared 128-token system prompts."""
-    base = sharegpt_like(600, 2.0, seed=seed)
+    """The built-in workload: 1,000 ShareGPT-like requests, Poisson at 12 req/s (~80 s),
+    half of them opening with one of 4 shared 128-token system prompts.
+
+    The rate is chosen so that, with simulate.py's defaults (Llama-2-7B on an A100-80GB),
+    contiguous Max reservation runs out of KV memory while paging does not: the default
+    run shows the PagedAttention effect instead of an idle server.
+    """
+    base = sharegpt_like(1000, 12.0, seed=seed)
     trace = add_system_prompt(base, 128, fraction=0.5, num_prompts=4, seed=seed)
     return trace.replace(metadata=trace.metadata.with_note("pagedsim default workload",
                                                            format="default"))

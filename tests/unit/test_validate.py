@@ -117,6 +117,15 @@ def test_cli_report_and_exit_codes(log: Path, tmp_path: Path, capsys: pytest.Cap
     assert "bad.jsonl.gz:3: missing field 'seqs[0].slot_mapping'" in capsys.readouterr().err
 
 
+def test_torch_backend_passes_and_catches(log: Path) -> None:
+    """The float64 gather backend agrees with the logical rows and still sees a bad table."""
+    [res] = validate_log(log, Options(backend="torch"))
+    assert res.failure is None and res.max_error < 1e-12
+    [bad] = validate_log(log, Options(backend="torch", check_slots=False,
+                                      mutation=Mutation.parse("table:1")))
+    assert bad.failure_kind == "attention"
+
+
 def test_mismatch_exit_code(log: Path, capsys: pytest.CaptureFixture) -> None:
     """A caught mutation makes the CLI exit 1 with the failing request and blocks."""
     assert main([str(log), "--device", "cpu", "--no-slot-check", "--mutate", "table:0"]) == 1

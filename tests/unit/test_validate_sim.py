@@ -32,26 +32,19 @@ def _inputs(tmp_path: Path) -> tuple[Path, Path]:
     return trace, model
 
 
-@pytest.mark.parametrize("extra", [["--n", "2", "--sampling-mode", "cow", "--preemption", "swap"],
-                                   ["--n", "2", "--sampling-mode", "fanout"]])
-def test_simulate_validate_passes(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                  extra: list[str]) -> None:
+def test_simulate_validate_passes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The recorded log of a tight pool (copies, hits, preemptions) validates on the kernels."""
     trace, model = _inputs(tmp_path)
     out = tmp_path / "out"
     code = simulate_main([str(trace), "--model", str(model), "--allocators", "paged",
                           "--num-gpu-blocks", "14", "--block-size", "8", "--no-progress",
-                          "--out", str(out), "--validate", *extra])
+                          "--out", str(out), "--validate", "--n", "2", "--sampling-mode", "cow",
+                          "--preemption", "swap"])
     text = capsys.readouterr().out
     assert code == 0, text
     assert "validate paged: " in text and "PASS" in text
     with gzip.open(out / "allocation_log.jsonl.gz", "rt") as fh:
         steps = [json.loads(line) for line in fh][1:]
     assert f"steps: {len(steps)} replayed, {len(steps)} compared" in text
-    events = {"copies": 0, "prefix_hits": 0, "preemptions": 0}
-    for step in steps:
-        events["copies"] += len(step["copies"])
-        events["prefix_hits"] += len(step["prefix_hits"])
-        events["preemptions"] += step["preemptions"]
-    assert events["prefix_hits"] > 0 and events["preemptions"] > 0
-    assert events["copies"] > 0 or "fanout" in extra
+    for event in ("copies", "prefix_hits", "swap_out", "swap_in"):
+        assert any(step[event] for step in steps), event

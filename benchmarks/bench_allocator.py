@@ -1,0 +1,236 @@
+"""Token-steps per second of the paged allocator on a seeded Azure-conversation op stream.
+
+Request i's prompt is ``ContextTokens`` ids drawn uniformly from a 32,000-token vocabulary
+(seed 0), prefixed for even i by one fixed 512-token system prompt. Requests are admitted in
+order while fewer than 128 run and admission succeeds (prefix lookup, then allocate the prompt
+minus the hit); every step each running request appends one output token (id 1) and calls
+``allocate_slots(req, 1)``; a request is freed after ``GeneratedTokens`` steps. A decode step
+that finds the pool short preempts the newest running request (vLLM FCFS, recompute). One
+token-step = one append + allocate. Block size 16, 16,384 blocks, sha256 hashing.
+
+    python benchmarks/bench_allocator.py [--quick] [--rows N] [--trace CSV] [--digest]
+
+Without the trace (``../shared/traces`` beside the repo) a seeded synthetic stream is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from allocator import KVCacheBlocks, KVCacheConfig, KVCacheManager, Request
+from allocator.hashing import get_request_block_hasher, init_none_hash, sha256
+
+DEFAULT_TRACE = (
+    Path(__file__).resolve().parents[2] / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+)
+VOCAB_SIZE = 32_000
+SYSTEM_PROMPT_LEN = 512
+BLOCK_SIZE = 16
+NUM_BLOCKS = 16_384
+MAX_RUNNING = 128
+MAX_MODEL_LEN = 32_768
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResult:
+    """Outcome of one run of the stream."""
+
+    token_steps: int
+    seconds: float
+    cpu_seconds: float
+    preemptions: int
+    hit_tokens: int
+    digest: str
+
+    @property
+    def rate(self) -> float:
+        """Token-steps per wall-clock second."""
+        return self.token_steps / self.seconds
+
+    @property
+    def cpu_rate(self) -> float:
+        """Token-steps per CPU second of this process (steadier on a shared machine)."""
+        return self.token_steps / self.cpu_seconds
+
+
+def load_rows(path: Path, num_rows: int) -> list[tuple[int, int]]:
+    """(ContextTokens, GeneratedTokens) of the first ``num_rows`` rows of an Azure trace CSV."""
+    rows = []
+    with path.open(newline="") as f:
+        for line_no, row in enumerate(csv.DictReader(f), start=2):
+            if len(rows) == num_rows:
+                break
+            try:
+                rows.append((int(row["ContextTokens"]), int(row["GeneratedTokens"])))
+            except (KeyError, TypeError, ValueError):
+                sys.exit(f"{path}:{line_no}: bad ContextTokens/GeneratedTokens row: {row}")
+    return rows
+
+
+def synthetic_rows(num_rows: int, seed: int) -> list[tuple[int, int]]:
+    """Seeded stand-in for the conversation trace (similar means: ~1,100 in, ~260 out)."""
+    rng = random.Random(seed)
+    return [
+        (min(8000, max(2, int(rng.lognormvariate(6.6, 0.8)))), rng.randint(12, 520))
+        for _ in range(num_rows)
+    ]
+
+
+def build_prompts(rows: list[tuple[int, int]], seed: int) -> list[list[int]]:
+    """Uniform random prompts; even requests share one 512-token system prompt."""
+    rng = random.Random(seed)
+    vocab = range(VOCAB_SIZE)
+    system_prompt = rng.choices(vocab, k=SYSTEM_PROMPT_LEN)
+    prompts = []
+    for i, (context_tokens, _) in enumerate(rows):
+        body = rng.choices(vocab, k=context_tokens)
+        prompts.append(system_prompt + body if i % 2 == 0 else body)
+    return prompts
+
+
+def run_stream(
+    prompts: list[list[int]],
+    outputs: list[int],
+    enable_caching: bool,
+    digest: bool = False,
+    staged: bool = False,
+) -> StreamResult:
+    """Run the op stream once and time it (admissions and decode steps together).
+
+    ``staged`` sends every ``allocate_slots`` call through the vLLM-shaped staged path, as
+    the implementation did before it gained a fast path (for before/after comparisons).
+    """
+    manager = KVCacheManager(
+        KVCacheConfig(NUM_BLOCKS, BLOCK_SIZE), MAX_MODEL_LEN, enable_caching=enable_caching
+    )
+    if staged:
+        _force_staged_path(manager)
+    hasher = get_request_block_hasher(BLOCK_SIZE, sha256) if enable_caching else None
+    waiting = deque(
+        Request(str(i), prompt, max_tokens=out, block_hasher=hasher, final_output_len=out)
+        for i, (prompt, out) in enumerate(zip(prompts, outputs))
+    )
+    log = hashlib.blake2b(digest_size=16) if digest else None
+    running: list[Request] = []
+    token_steps = preemptions = hit_tokens = 0
+    start, cpu_start = time.perf_counter(), time.process_time()
+    while waiting or running:
+        while waiting and len(running) < MAX_RUNNING:
+            request = waiting[0]
+            hit_blocks, num_hit = manager.get_computed_blocks(request)
+            new_blocks = manager.allocate_slots(
+                request, request.num_tokens - num_hit, num_hit, hit_blocks
+            )
+            if new_blocks is None:
+                break
+            waiting.popleft()
+            request.num_computed_tokens = request.num_tokens
+            running.append(request)
+            hit_tokens += num_hit
+            if log is not None:
+                log.update(repr(manager.get_block_ids(request.request_id)).encode())
+        still_running = []
+        for request in running:
+            request.append_output_token_ids(1)
+            while (new_blocks := manager.allocate_slots(request, 1)) is None:
+                # Victims come from the end of ``running``: not yet visited in this loop.
+                victim = running.pop()
+                preemptions += 1
+                _preempt(manager, victim, waiting)
+                if victim is request:
+                    break
+            if new_blocks is None:
+                continue
+            token_steps += 1
+            if log is not None and new_blocks.blocks[0]:
+                log.update(repr(new_blocks.get_block_ids()).encode())
+            request.num_computed_tokens += 1
+            if request.num_output_tokens >= request.max_tokens:
+                manager.free(request)
+            else:
+                still_running.append(request)
+        running = still_running
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    manager.check_invariants()
+    if manager.block_pool.get_num_free_blocks() != NUM_BLOCKS - 1:
+        raise AssertionError("blocks leaked: the pool is not back to N - 1 free blocks")
+    return StreamResult(
+        token_steps, seconds, cpu_seconds, preemptions, hit_tokens, log.hexdigest() if log else "-"
+    )
+
+
+def _force_staged_path(manager: KVCacheManager) -> None:
+    def allocate_slots(
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+    ) -> KVCacheBlocks | None:
+        return manager._allocate_slots_staged(
+            request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, 0, 0, False
+        )
+
+    manager.allocate_slots = allocate_slots  # type: ignore[method-assign,assignment]
+
+
+def _preempt(manager: KVCacheManager, victim: Request, waiting: deque[Request]) -> None:
+    manager.free(victim)
+    victim.num_computed_tokens = 0
+    victim.num_preemptions += 1
+    waiting.appendleft(victim)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=2000, help="trace rows to use (default 2000)")
+    parser.add_argument("--quick", action="store_true", help="200 rows, for a smoke run")
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="Azure trace CSV")
+    parser.add_argument("--synthetic", action="store_true", help="ignore the trace")
+    parser.add_argument("--seed", type=int, default=0, help="prompt-token seed (default 0)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per mode; best is shown")
+    parser.add_argument("--digest", action="store_true", help="print a digest of all block ids")
+    parser.add_argument(
+        "--staged", action="store_true", help="force vLLM's staged allocate_slots (no fast path)"
+    )
+    args = parser.parse_args(argv)
+    num_rows = 200 if args.quick else args.rows
+    if not args.synthetic and args.trace.is_file():
+        rows, source = load_rows(args.trace, num_rows), f"{args.trace.name}, first {num_rows} rows"
+    else:
+        rows, source = synthetic_rows(num_rows, args.seed), f"synthetic, {num_rows} rows"
+    init_none_hash(sha256)
+    prompts = build_prompts(rows, args.seed)
+    outputs = [generated for _, generated in rows]
+    print(
+        f"stream: {source}; block size {BLOCK_SIZE}, {NUM_BLOCKS} blocks, sha256, "
+        f"max {MAX_RUNNING} running"
+    )
+    for enable_caching in (True, False):
+        results = [
+            run_stream(prompts, outputs, enable_caching, args.digest, args.staged)
+            for _ in range(args.repeat)
+        ]
+        best = max(results, key=lambda r: r.rate)
+        print(
+            f"caching {'on ' if enable_caching else 'off'}: {best.rate:,.0f} token-steps/s "
+            f"({best.cpu_rate:,.0f} per CPU-second; "
+            f"{best.token_steps:,} token-steps in {best.seconds:.2f} s, "
+            f"{best.preemptions} preemptions, {best.hit_tokens:,} hit tokens, "
+            f"digest {best.digest})"
+        )
+
+
+if __name__ == "__main__":
+    main()
