@@ -183,6 +183,8 @@ class ContiguousManager:
     def fork(self, parent_request: Request, child_request: Request) -> None:
         """Give the child its own region holding a copy of the parent's written slots.
 
+        Like the paged fork, the child inherits the parent's ``num_computed_tokens``.
+
         Raises:
             NoFreeBlocksError: no region fits the child's reservation (see ``can_fork``).
             ValueError: the parent has no region or the child already has one.
@@ -195,6 +197,7 @@ class ContiguousManager:
             )
         self._hold(child_request, reservation, parent.written)
         self.num_fork_copied_slots += parent.written
+        child_request.num_computed_tokens = parent_request.num_computed_tokens
 
     def take_copy_plan(self) -> CopyPlan:
         """Always empty: fork copies are slot ranges, counted in ``num_fork_copied_slots``."""

@@ -9,6 +9,11 @@ that finds the pool short preempts the newest running request (vLLM FCFS, recomp
 token-step = one append + allocate. Block size 16, 16,384 blocks, sha256 hashing.
 
     python benchmarks/bench_allocator.py [--quick] [--rows N] [--trace CSV] [--digest]
+    python benchmarks/bench_allocator.py --managers [--n 4]   # every manager, fork workload
+
+``--managers`` runs the same stream through the manager interface for the paged manager and
+each contiguous baseline (``bench_managers.py``); ``--n 4`` forks every request into 4
+samples that decode different tokens (copy-on-write for paged, own regions for contiguous).
 
 Without the trace (``../shared/traces`` beside the repo) a seeded synthetic stream is used.
 """
@@ -204,6 +209,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--staged", action="store_true", help="force vLLM's staged allocate_slots (no fast path)"
     )
+    parser.add_argument("--managers", action="store_true",
+                        help="run every manager of allocator.registry through the interface")
+    parser.add_argument("--n", type=int, default=1, help="with --managers: samples per request")
     args = parser.parse_args(argv)
     num_rows = 200 if args.quick else args.rows
     if not args.synthetic and args.trace.is_file():
@@ -217,6 +225,9 @@ def main(argv: list[str] | None = None) -> None:
         f"stream: {source}; block size {BLOCK_SIZE}, {NUM_BLOCKS} blocks, sha256, "
         f"max {MAX_RUNNING} running"
     )
+    if args.managers:
+        _run_managers(prompts, outputs, args.n)
+        return
     for enable_caching in (True, False):
         results = [
             run_stream(prompts, outputs, enable_caching, args.digest, args.staged)
@@ -230,6 +241,16 @@ def main(argv: list[str] | None = None) -> None:
             f"{best.preemptions} preemptions, {best.hit_tokens:,} hit tokens, "
             f"digest {best.digest})"
         )
+
+
+def _run_managers(prompts: list[list[int]], outputs: list[int], n: int) -> None:
+    from bench_managers import run_all
+
+    print(f"managers through the KVManager interface, n={n} sample(s) per request")
+    for result in run_all(prompts, outputs, NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN, n):
+        print(f"  {result.name:20s} {result.rate:>10,.0f} token-steps/s "
+              f"({result.token_steps:,} in {result.seconds:.2f} s, "
+              f"{result.preemptions} preemptions, {result.copies} copy-on-write copies)")
 
 
 if __name__ == "__main__":

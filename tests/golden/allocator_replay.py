@@ -66,10 +66,10 @@ def make_requests(config: ReplayConfig) -> list[tuple[Request, int]]:
     return requests
 
 
-def replay(config: ReplayConfig) -> dict[str, Any]:
-    """Run the stream and return its log (JSON-ready)."""
+def replay(config: ReplayConfig, manager_class: type[KVCacheManager] = KVCacheManager) -> dict[str, Any]:
+    """Run the stream through ``manager_class`` (a KVCacheManager) and return its log."""
     kv_config = KVCacheConfig(config.num_blocks, config.block_size, config.sliding_window)
-    manager = KVCacheManager(
+    manager = manager_class(
         kv_config, max_model_len=1024, enable_caching=config.enable_caching, log_stats=True
     )
     rng = random.Random(config.seed + 100)

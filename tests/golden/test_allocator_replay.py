@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from allocator import KVCacheManager
 from allocator.hashing import init_none_hash, sha256
+from allocator.paged import PagedKVCacheManager
 from tests.golden.allocator_replay import CONFIGS, GOLDEN_PATH, replay
 
 
@@ -15,11 +17,16 @@ def golden() -> dict:
     return json.loads(GOLDEN_PATH.read_text())
 
 
+@pytest.mark.parametrize("manager_class", [KVCacheManager, PagedKVCacheManager])
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
-def test_replay_matches_golden(config, golden) -> None:
-    """Every block id, hit length, preemption, common-prefix count and the final queue match."""
+def test_replay_matches_golden(config, golden, manager_class) -> None:
+    """Every block id, hit length, preemption, common-prefix count and the final queue match.
+
+    The paged manager the simulator runs (fork, copy-on-write and swap added) must replay
+    the stream exactly like vLLM's manager when none of those is used.
+    """
     init_none_hash(sha256)
-    result = json.loads(json.dumps(replay(config)))
+    result = json.loads(json.dumps(replay(config, manager_class)))
     expected = golden[config.name]
     assert len(result["log"]) == len(expected["log"])
     for idx, (got, want) in enumerate(zip(result["log"], expected["log"])):

@@ -57,3 +57,19 @@ def test_bad_trace_row_exits(bench: ModuleType, tmp_path: Path) -> None:
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nx,12,3\ny,oops,4\n")
     with pytest.raises(SystemExit, match=r"t.csv:3"):
         bench.load_rows(trace, 10)
+
+
+def test_every_manager_runs_the_stream_with_forks(bench: ModuleType) -> None:
+    """Through the interface every manager finishes the stream; paged forks copy on write."""
+    sys.path.insert(0, str(BENCH.parent))
+    from bench_managers import run_all
+
+    bench.init_none_hash(bench.sha256)
+    rows = bench.synthetic_rows(6, seed=5)
+    prompts = bench.build_prompts(rows, seed=5)
+    outputs = [generated for _, generated in rows]
+    results = {r.name: r for r in run_all(prompts, outputs, 2048, 16, 4096, n=3)}
+    assert len(results) == 8
+    assert results["paged"].token_steps == 3 * sum(outputs)
+    assert results["paged"].copies > 0
+    assert results["max (buddy)"].copies == 0
