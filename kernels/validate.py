@@ -45,9 +45,10 @@ class Options:
     head_dim: int | None = None
     check_slots: bool = True
     timing: bool = True
-    timing_reps: int = 3
+    timing_reps: int = 5
     mutation: Mutation | None = None
     backend: str = "triton"
+    poison: bool = True
     verbose: bool = False
     sections: list[str] = field(default_factory=list)
 
@@ -73,7 +74,8 @@ def _validate_step(rp: Any, hdr: LogHeader, rec: StepRecord, compare: bool, res:
         err = attn.compare(rp, rec, batch, outs, refs, res.tolerance, window)
         measured = None
         if res.timed:
-            measured = attn.time_step(rp, batch, tensors, window, opts.timing_reps)
+            measured, method = attn.time_step(rp, batch, tensors, window, opts.timing_reps)
+            res.timing_methods[method] = res.timing_methods.get(method, 0) + 1
         res.add_step(rec, err, len(rec.seqs), measured)
     after_step(rp, rec)
 
@@ -82,7 +84,7 @@ def validate_section(hdr: LogHeader, records: Any, opts: Options) -> SectionResu
     """Replay one allocator section; stops at the first mismatch (recorded in the result)."""
     layout = Layout.from_header(hdr, opts.dtype, opts.max_kv_heads, opts.head_dim)
     device = torch.device(opts.device)
-    rp, memory = make_replay(hdr, layout, device)
+    rp, memory = make_replay(hdr, layout, device, opts.poison)
     dtype = layout.dtype
     res = SectionResult(hdr.allocator, hdr.model_name, str(dtype).replace("torch.", ""),
                         asdict(layout.summary()), TOLERANCE[dtype], memory,
@@ -179,6 +181,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", choices=("triton", "torch"), default="triton",
                    help="attention by the Triton kernels, or by kernels/reference.py's "
                    "float64 block-table gathers (fast CPU checks of big logs)")
+    p.add_argument("--no-poison", action="store_true",
+                   help="fill unwritten cache rows with zeros instead of NaN")
     p.add_argument("--report", help="write the results as JSON to this file")
     p.add_argument("-v", "--verbose", action="store_true", help="print every validated step")
     return p.parse_args(argv)
@@ -194,7 +198,7 @@ def _options(args: argparse.Namespace) -> Options:
                    head_dim=args.head_dim, check_slots=not args.no_slot_check,
                    timing=not args.no_timing,
                    mutation=Mutation.parse(args.mutate) if args.mutate else None,
-                   backend=args.backend, verbose=args.verbose)
+                   backend=args.backend, poison=not args.no_poison, verbose=args.verbose)
 
 
 def write_report(path: str | Path, log: str | Path, results: list[SectionResult]) -> None:

@@ -20,7 +20,7 @@ import torch
 from kernels.decode_attention import paged_decode_attention
 from kernels.launch import as_block_tables
 from kernels.prefill_attention import paged_prefill_attention
-from kernels.reference import ref_decode_attention, ref_prefill_attention, rel_error_per_seq_head
+from kernels.reference import rel_error_per_seq_head
 from kernels.validate_log import SeqRecord, StepRecord
 from kernels.validate_ops import ValidationError, attended_from
 from kernels.validate_state import Replay
@@ -82,23 +82,34 @@ def prepare(rp: Replay, b: Batch) -> dict[str, torch.Tensor]:
     return t
 
 
+def _gathered(rp: Replay, table: list[int], ctx: int, lo: int
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cache rows of positions [lo, ctx) through `table`, zero below `lo` (never attended)."""
+    slots = torch.as_tensor(rp.slots_of(table, lo, ctx), device=rp.k_cache.device)
+    out = []
+    for cache in (rp.k_cache, rp.v_cache):
+        rows = torch.zeros((ctx, *cache.shape[2:]), dtype=cache.dtype, device=cache.device)
+        rows[lo:] = cache.reshape(-1, *cache.shape[2:])[slots]
+        out.append(rows)
+    return out[0], out[1]
+
+
 def run_torch(rp: Replay, b: Batch, t: dict[str, torch.Tensor], window: int | None
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Backend `torch`: kernels/reference.py's float64 gathers through the same block tables.
+    """Backend `torch`: float64 attention over rows gathered from the cache via the tables.
 
     For checking big logs on a CPU quickly (the Triton interpreter is slow on long contexts):
     it exercises the replay (tables, slots, copies, swaps, writes) but not the attention
-    kernels, and it is never timed.
+    kernels, and it is never timed. Only attended positions are gathered.
     """
+    dec = [reference(q, *_gathered(rp, tab, ctx, 0 if window is None else
+                                   max(0, ctx - window)), ctx - 1, window)
+           for q, tab, ctx in zip(b.dec_q, b.dec_tables, b.dec_lens)]
+    pre = [reference(q, *_gathered(rp, tab, ctx, 0), ctx - q.shape[0], window)
+           for q, tab, ctx in zip(b.pre_q, b.pre_tables, b.pre_lens)]
     c = rp.content
-    dec = pre = torch.empty((0, c.num_heads, c.head_dim), dtype=torch.float64, device=c.device)
-    if b.dec_q:
-        dec = ref_decode_attention(t["dec_q"], rp.k_cache, rp.v_cache, b.dec_tables, b.dec_lens,
-                                   sliding_window=window)
-    if b.pre_q:
-        pre = ref_prefill_attention(t["pre_q"], rp.k_cache, rp.v_cache, b.pre_tables,
-                                    b.pre_starts, b.pre_lens)
-    return dec, pre
+    empty = torch.empty((0, c.num_heads, c.head_dim), dtype=torch.float64, device=c.device)
+    return (torch.cat(dec) if dec else empty), (torch.cat(pre) if pre else empty)
 
 
 def run_kernels(rp: Replay, b: Batch, t: dict[str, torch.Tensor], window: int | None
@@ -200,14 +211,38 @@ def diagnose(rp: Replay, s: SeqRecord, window: int | None) -> str:
 
 
 def time_step(rp: Replay, b: Batch, t: dict[str, torch.Tensor], window: int | None,
-              reps: int) -> float:
-    """Median seconds of the step's attention kernels on CUDA (events around each rep)."""
+              reps: int) -> tuple[float, str]:
+    """GPU seconds of the step's attention kernels on CUDA, and how they were measured.
+
+    The step's launches are captured in a CUDA graph and replayed `reps` times between two
+    events (`graph`), so the figure is kernel time, as in an engine that replays graphs:
+    eager launches of small decode batches would measure Python launch latency instead.
+    If capture fails, the median of `reps` eager runs between events is used (`eager`).
+    """
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    try:
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run_kernels(rp, b, t, window)
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            run_kernels(rp, b, t, window)
+        graph.replay()
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / reps, "graph"
+    except RuntimeError:
+        torch.cuda.synchronize()
     times = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         run_kernels(rp, b, t, window)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+    return statistics.median(times), "eager"

@@ -2,9 +2,9 @@
 
 Timing cross-check (CUDA, real head layout only): the log's `attention_s` is the step-time
 model's attention time for the whole step, all layers; the validator times its one layer's
-kernels (median of a few CUDA-event runs) and compares `attention_s` with that time times
-`num_layers`. Relative error = predicted / measured - 1; the summary gives the median and
-90th percentile of its absolute value and the median signed error (the model's bias).
+kernels and compares `attention_s` with that time times `num_layers`. The kernels are timed
+as a CUDA graph replay (kernel time, no launch latency; see `validate_attn.time_step`). Relative error = predicted / measured - 1; the summary gives
+the median and 90th percentile of its absolute value and the median signed error (the bias).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class SectionResult:
     max_error_step: int | None = None
     per_step: list[dict[str, Any]] = field(default_factory=list)
     timing: dict[str, Any] = field(default_factory=dict)
+    timing_methods: dict[str, int] = field(default_factory=dict)
     unverified_tokens: int = 0
     mutation: str | None = None
     failure: str | None = None
@@ -78,7 +79,7 @@ def finish_timing(res: SectionResult) -> None:
     absolute = [abs(r) for r in rel]
     res.timing = {"steps": len(rel), "median_abs_rel_error": statistics.median(absolute),
                   "p90_abs_rel_error": _percentile(absolute, 0.9),
-                  "median_rel_error": statistics.median(rel)}
+                  "median_rel_error": statistics.median(rel), "methods": res.timing_methods}
 
 
 def _size(num_bytes: float) -> str:
@@ -117,10 +118,11 @@ def format_section(res: SectionResult, device: str) -> str:
                                                  for r in worst))
     if res.timing:
         t = res.timing
+        methods = ", ".join(f"{k} {v}" for k, v in t["methods"].items())
         lines.append(f"  timing: attention_s vs measured x {res.num_layers} layers over "
                      f"{t['steps']} steps: median |rel err| {t['median_abs_rel_error']:.1%}, "
                      f"p90 {t['p90_abs_rel_error']:.1%}, median signed "
-                     f"{t['median_rel_error']:+.1%}")
+                     f"{t['median_rel_error']:+.1%} (timed by: {methods})")
     if res.unverified_tokens:
         lines.append(f"  WARNING: {res.unverified_tokens} prefix-hit tokens unverified (the "
                      "log lacks prefix_hits[].token_ids; taken from what the blocks hold)")

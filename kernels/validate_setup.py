@@ -63,7 +63,7 @@ def _all_layer_bytes(hdr: LogHeader) -> int:
             * hdr.head_dim * elem)
 
 
-def _caches(hdr: LogHeader, layout: Layout, device: torch.device
+def _caches(hdr: LogHeader, layout: Layout, device: torch.device, fill: float
             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     shape = (hdr.num_gpu_blocks, hdr.block_size, layout.num_kv_heads, layout.head_dim)
     memory: dict[str, Any] = {"all_layers_bytes": _all_layer_bytes(hdr), "allocated": False}
@@ -81,19 +81,24 @@ def _caches(hdr: LogHeader, layout: Layout, device: torch.device
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         memory.update(free_after_bytes=free, device_total_bytes=total)
-    k.fill_(float("nan"))
-    v.fill_(float("nan"))
+    k.fill_(fill)
+    v.fill_(fill)
     return k, v, memory
 
 
-def make_replay(hdr: LogHeader, layout: Layout, device: torch.device
+def make_replay(hdr: LogHeader, layout: Layout, device: torch.device, poison: bool = True
                 ) -> tuple[Replay, dict[str, Any]]:
-    """The replay state for one section, and the memory check's figures."""
-    k, v, memory = _caches(hdr, layout, device)
+    """The replay state for one section, and the memory check's figures.
+
+    `poison=False` fills unwritten rows with zeros instead of NaN (tests use it to show that
+    a mutation is caught by the attention values themselves, not by a NaN).
+    """
+    fill = float("nan") if poison else 0.0
+    k, v, memory = _caches(hdr, layout, device, fill)
     k_cpu = v_cpu = None
     if hdr.num_cpu_blocks > 0:
-        k_cpu = allocate_cpu_cache(k, hdr.num_cpu_blocks).fill_(float("nan"))
-        v_cpu = allocate_cpu_cache(v, hdr.num_cpu_blocks).fill_(float("nan"))
+        k_cpu = allocate_cpu_cache(k, hdr.num_cpu_blocks).fill_(fill)
+        v_cpu = allocate_cpu_cache(v, hdr.num_cpu_blocks).fill_(fill)
     content = KVContent(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype,
                         device)
     return Replay(content, hdr.block_size, k, v, k_cpu, v_cpu, hdr.seed), memory

@@ -205,7 +205,8 @@ class Admission:
         if plan.events is not None and hit:
             plan.note("prefix_hits", {"request_id": req.request_id, "sample": seq.sample,
                                       "num_tokens": hit,
-                                      "block_ids": list(blocks.get_block_ids()[0])})
+                                      "block_ids": list(blocks.get_block_ids()[0]),
+                                      "token_ids": list(req.all_token_ids[:hit])})
         return True
 
     # ---- hooks for the fast path (sim/cohort.py) -----------------------------------------

@@ -9,6 +9,7 @@ import pytest
 
 from kernels.validate import Options, main, validate_log
 from kernels.validate_mutate import Mutation
+from kernels.validate_ops import _copy_batches
 from tests.unit.validate_logkit import LogKit, scenario_log
 
 
@@ -51,14 +52,21 @@ def test_steps_n_compares_first_n_and_special_steps(log: Path) -> None:
     assert res.num_steps == len(steps)
 
 
+@pytest.mark.parametrize("poison", [True, False])
 @pytest.mark.parametrize("mutation", ["table:0", "table:3", "copy:0:1", "slot:0", "slot:2"])
-def test_mutations_are_caught_by_attention(log: Path, mutation: str) -> None:
-    """With the slot check off, each seeded mutation fails the attention comparison."""
-    opts = Options(check_slots=False, mutation=Mutation.parse(mutation))
+def test_mutations_are_caught_by_attention(log: Path, mutation: str, poison: bool) -> None:
+    """With the slot check off, each seeded mutation fails the attention comparison.
+
+    Without NaN poisoning (unwritten rows are zeros) the error is finite: the attention
+    values themselves differ, not just a NaN from an unwritten slot.
+    """
+    opts = Options(check_slots=False, mutation=Mutation.parse(mutation), poison=poison)
     [res] = validate_log(log, opts)
     assert res.mutation is not None and res.mutation.startswith("step ")
     assert res.failure_kind == "attention", res.failure
     assert f"step {res.mutation.split()[1].rstrip(':')}" in res.failure
+    error = float(res.failure.split("attention error ")[1].split()[0])
+    assert error > 1e-2 and (poison or error < float("inf"))
 
 
 def test_slot_check_catches_a_shifted_slot_first(log: Path) -> None:
@@ -131,3 +139,10 @@ def test_mismatch_exit_code(log: Path, capsys: pytest.CaptureFixture) -> None:
     assert main([str(log), "--device", "cpu", "--no-slot-check", "--mutate", "table:0"]) == 1
     out = capsys.readouterr().out
     assert "FAIL step" in out and "block table [" in out
+
+
+def test_copy_plan_batches_keep_dependencies() -> None:
+    """A copy reading or overwriting an earlier copy's block starts a new copy_blocks batch."""
+    assert _copy_batches([(1, 2), (3, 4)]) == [[(1, 2), (3, 4)]]
+    assert _copy_batches([(1, 2), (2, 5), (6, 1)]) == [[(1, 2)], [(2, 5), (6, 1)]]
+    assert _copy_batches([(1, 2), (3, 2)]) == [[(1, 2)], [(3, 2)]]
