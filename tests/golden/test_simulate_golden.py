@@ -41,6 +41,8 @@ def _strip(summary: dict[str, Any]) -> dict[str, Any]:
     for entry in summary["allocators"].values():
         entry.pop("wall_s")
     summary["trace"].pop("path")
+    # "0.1.0" when installed, "0.1.0+checkout" when run from a source tree: not a result.
+    summary.pop("pagedsim_version")
     return summary
 
 
