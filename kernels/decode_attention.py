@@ -31,6 +31,7 @@ from kernels.decode_config import (
 from kernels.decode_reduce import reduce_splits
 from kernels.launch import (
     SUPPORTED_DTYPES,
+    accumulate_pv,
     as_block_tables,
     as_int_tensor,
     check_head_size,
@@ -101,16 +102,7 @@ def _paged_decode_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_cache_ptr + rows + offs_d[None, :], mask=n_mask[:, None], other=0.0)
         acc = acc * alpha[:, None]
-        if UPCAST_DOT:
-            v = v.to(tl.float32)
-            p_hi = round_to_bf16(p)
-            p_lo = round_to_bf16(p - p_hi)
-        else:
-            p_hi = p.to(v.dtype)
-            p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
-        acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
-        if SPLIT_P:
-            acc = tl.dot(p_lo, v, acc, input_precision=DOT_PRECISION)
+        acc = accumulate_pv(acc, p, v, UPCAST_DOT, SPLIT_P, DOT_PRECISION)
         m_i = m_new
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)

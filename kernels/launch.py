@@ -172,6 +172,28 @@ def round_to_bf16(x):
     return bits.to(tl.float32, bitcast=True)
 
 
+@triton.jit
+def accumulate_pv(acc, p, v, UPCAST_DOT: tl.constexpr, SPLIT_P: tl.constexpr,
+                  DOT_PRECISION: tl.constexpr):
+    """`acc + p @ v` for fp32 probabilities `p` and a tile of V in the cache dtype.
+
+    With SPLIT_P the probabilities go through the dot as a hi + lo pair of the cache dtype, so
+    rounding p to bf16/fp16 costs no accuracy; under the interpreter (UPCAST_DOT) the operands
+    are widened to fp32 and rounded the GPU's way first.
+    """
+    if UPCAST_DOT:
+        v = v.to(tl.float32)
+        p_hi = round_to_bf16(p)
+        p_lo = round_to_bf16(p - p_hi)
+    else:
+        p_hi = p.to(v.dtype)
+        p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
+    acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
+    if SPLIT_P:
+        acc = tl.dot(p_lo, v, acc, input_precision=DOT_PRECISION)
+    return acc
+
+
 def upcast_dot(x: torch.Tensor) -> bool:
     """True where dot operands must be widened to fp32 before `tl.dot`.
 

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from kernels.launch import (
+    accumulate_pv,
     as_block_tables,
     as_int_tensor,
     check_head_size,
@@ -156,16 +157,7 @@ def _paged_prefill_kernel(
             other=0.0,
         )  # [BLOCK_N, HEAD_SIZE]
         acc = acc * alpha[:, None]
-        if UPCAST_DOT:
-            v = v.to(tl.float32)
-            p_hi = round_to_bf16(p)
-            p_lo = round_to_bf16(p - p_hi)
-        else:
-            p_hi = p.to(v.dtype)
-            p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
-        acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
-        if SPLIT_P:
-            acc = tl.dot(p_lo, v, acc, input_precision=DOT_PRECISION)
+        acc = accumulate_pv(acc, p, v, UPCAST_DOT, SPLIT_P, DOT_PRECISION)
         m_i = m_new
     out = acc / l_i[:, None]
     if UPCAST_DOT:
