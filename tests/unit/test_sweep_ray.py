@@ -10,17 +10,7 @@ import pytest
 from sim.sweep import run_sweep
 from sim.sweep_backends import BackendError, LocalBackend, RayBackend, import_ray
 from sim.sweep_spec import load_spec
-
-TRACE = ("Timestamp,Request tokens,Response tokens\n"
-         "0,100,30\n0.4,120,20\n0.9,80,40\n1.5,200,25\n2.0,50,20\n")
-GRID = """
-[options]
-trace = "t.csv"
-allocators = "paged,max"
-[axes]
-rate_scale = [1, 4]
-block_size = {values = [8, 16]}
-"""
+from tests.unit.test_sweep import GRID, TRACE
 
 
 def without_wall(frame: pd.DataFrame) -> pd.DataFrame:
