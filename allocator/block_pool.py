@@ -148,7 +148,7 @@ class BlockPool:
             )
         cache = self.cached_block_hash_to_block
         cache_dict = cache._cache
-        suffix = kv_cache_group_id.to_bytes(4, "big", signed=False)
+        suffix = _group_suffix(kv_cache_group_id)
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
             if block.is_null:
@@ -157,10 +157,9 @@ class BlockPool:
             if block._block_hash is not None:
                 block.block_hash = key  # raises, naming the block
             block._block_hash = key
-            if key in cache_dict:
+            # One dict operation for the common new key; a duplicate goes beside the others.
+            if cache_dict.setdefault(key, block) is not block:
                 cache.insert(key, block)
-            else:
-                cache_dict[key] = block
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take ``num_blocks`` from the front of the free queue, evicting their cache entries.
@@ -173,10 +172,11 @@ class BlockPool:
         ret = self.free_block_queue.popleft_n(num_blocks)
         if self.enable_caching:
             cache_dict = self.cached_block_hash_to_block._cache
+            num_evicted = 0
             for block in ret:
                 block_hash = block._block_hash
                 if block_hash is not None:
-                    self.num_cached_free_blocks -= 1
+                    num_evicted += 1
                     if cache_dict.get(block_hash) is block:
                         # The common case of _maybe_evict_cached_block, inlined.
                         del cache_dict[block_hash]
@@ -185,6 +185,7 @@ class BlockPool:
                         self._maybe_evict_cached_block(block)
                 assert block.ref_cnt == 0
                 block.ref_cnt = 1
+            self.num_cached_free_blocks -= num_evicted
         else:
             for block in ret:
                 assert block.ref_cnt == 0
@@ -293,6 +294,16 @@ class BlockPool:
             for block in blocks:
                 _check(block.block_hash == key, f"block {block.block_id} cached under a wrong key")
                 _check(not block.is_null, "the null block is in the prefix cache")
+
+
+_GROUP_SUFFIXES = [group_id.to_bytes(4, "big", signed=False) for group_id in range(16)]
+
+
+def _group_suffix(kv_cache_group_id: int) -> bytes:
+    """The 4-byte group id that ends a prefix-cache key (precomputed for small ids)."""
+    if 0 <= kv_cache_group_id < len(_GROUP_SUFFIXES):
+        return _GROUP_SUFFIXES[kv_cache_group_id]
+    return kv_cache_group_id.to_bytes(4, "big", signed=False)
 
 
 def _check(condition: bool, message: str) -> None:

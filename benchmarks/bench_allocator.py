@@ -9,11 +9,17 @@ that finds the pool short preempts the newest running request (vLLM FCFS, recomp
 token-step = one append + allocate. Block size 16, 16,384 blocks, sha256 hashing.
 
     python benchmarks/bench_allocator.py [--quick] [--rows N] [--trace CSV] [--digest]
+    PYTHONPATH=/path/to/vllm python benchmarks/bench_allocator.py --vllm --repeat 3
     python benchmarks/bench_allocator.py --managers [--n 4]   # every manager, fork workload
 
 ``--managers`` runs the same stream through the manager interface for the paged manager and
 each contiguous baseline (``bench_managers.py``); ``--n 4`` forks every request into 4
 samples that decode different tokens (copy-on-write for paged, own regions for contiguous).
+
+``--vllm`` also runs vLLM 0.14's own ``KVCacheManager`` and ``Request`` on the same stream,
+alternating with pagedsim's, prints the speed ratio and checks that both hand out the same block
+ids (digest over every block id and admission). vLLM is not a dependency: point PYTHONPATH at
+an unpacked vllm-0.14.0 wheel plus its import-time packages.
 
 Without the trace (``../shared/traces`` beside the repo) a seeded synthetic stream is used.
 """
@@ -29,6 +35,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -109,22 +116,28 @@ def run_stream(
     enable_caching: bool,
     digest: bool = False,
     staged: bool = False,
+    vllm: bool = False,
+    num_blocks: int = NUM_BLOCKS,
 ) -> StreamResult:
     """Run the op stream once and time it (admissions and decode steps together).
 
     ``staged`` sends every ``allocate_slots`` call through the vLLM-shaped staged path, as
     the implementation did before it gained a fast path (for before/after comparisons).
+    ``vllm`` runs vLLM's own ``KVCacheManager`` and ``Request`` instead (``vllm`` importable).
     """
-    manager = KVCacheManager(
-        KVCacheConfig(NUM_BLOCKS, BLOCK_SIZE), MAX_MODEL_LEN, enable_caching=enable_caching
-    )
-    if staged:
-        _force_staged_path(manager)
-    hasher = get_request_block_hasher(BLOCK_SIZE, sha256) if enable_caching else None
-    waiting = deque(
-        Request(str(i), prompt, max_tokens=out, block_hasher=hasher, final_output_len=out)
-        for i, (prompt, out) in enumerate(zip(prompts, outputs))
-    )
+    if vllm:
+        manager, waiting = _vllm_setup(prompts, outputs, enable_caching, num_blocks)
+    else:
+        manager = KVCacheManager(
+            KVCacheConfig(num_blocks, BLOCK_SIZE), MAX_MODEL_LEN, enable_caching=enable_caching
+        )
+        if staged:
+            _force_staged_path(manager)
+        hasher = get_request_block_hasher(BLOCK_SIZE, sha256) if enable_caching else None
+        waiting = deque(
+            Request(str(i), prompt, max_tokens=out, block_hasher=hasher, final_output_len=out)
+            for i, (prompt, out) in enumerate(zip(prompts, outputs))
+        )
     log = hashlib.blake2b(digest_size=16) if digest else None
     running: list[Request] = []
     token_steps = preemptions = hit_tokens = 0
@@ -166,12 +179,45 @@ def run_stream(
                 still_running.append(request)
         running = still_running
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    manager.check_invariants()
-    if manager.block_pool.get_num_free_blocks() != NUM_BLOCKS - 1:
+    if not vllm:
+        manager.check_invariants()
+    if manager.block_pool.get_num_free_blocks() != num_blocks - 1:
         raise AssertionError("blocks leaked: the pool is not back to N - 1 free blocks")
     return StreamResult(
         token_steps, seconds, cpu_seconds, preemptions, hit_tokens, log.hexdigest() if log else "-"
     )
+
+
+def _vllm_setup(
+    prompts: list[list[int]], outputs: list[int], enable_caching: bool, num_blocks: int
+) -> tuple[Any, deque[Any]]:
+    """vLLM's manager and requests for the same stream (one full-attention group, sha256)."""
+    try:
+        import torch
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import sha256 as vllm_sha256
+        from vllm.v1.core.kv_cache_manager import KVCacheManager as VllmKVCacheManager
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher as vllm_block_hasher
+        from vllm.v1.core.kv_cache_utils import init_none_hash as vllm_init_none_hash
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig as VllmConfig
+        from vllm.v1.kv_cache_interface import KVCacheGroupSpec
+        from vllm.v1.request import Request as VllmRequest
+    except ImportError as exc:
+        sys.exit(f"--vllm needs an importable vllm (0.14): {exc}")
+    spec = FullAttentionSpec(
+        block_size=BLOCK_SIZE, num_kv_heads=8, head_size=128, dtype=torch.bfloat16
+    )
+    config = VllmConfig(num_blocks, [], [KVCacheGroupSpec(["layer.0"], spec)])
+    manager = VllmKVCacheManager(config, MAX_MODEL_LEN, BLOCK_SIZE, enable_caching=enable_caching)
+    vllm_init_none_hash(vllm_sha256)
+    hasher = vllm_block_hasher(BLOCK_SIZE, vllm_sha256) if enable_caching else None
+    waiting = deque(
+        VllmRequest(
+            str(i), prompt, SamplingParams(max_tokens=out), None, None, block_hasher=hasher
+        )
+        for i, (prompt, out) in enumerate(zip(prompts, outputs))
+    )
+    return manager, waiting
 
 
 def _force_staged_path(manager: KVCacheManager) -> None:
@@ -205,9 +251,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--synthetic", action="store_true", help="ignore the trace")
     parser.add_argument("--seed", type=int, default=0, help="prompt-token seed (default 0)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode; best is shown")
+    parser.add_argument("--num-blocks", type=int, default=NUM_BLOCKS,
+                        help=f"pool size in blocks (default {NUM_BLOCKS}; smaller forces preemption)")
     parser.add_argument("--digest", action="store_true", help="print a digest of all block ids")
     parser.add_argument(
         "--staged", action="store_true", help="force vLLM's staged allocate_slots (no fast path)"
+    )
+    parser.add_argument(
+        "--vllm", action="store_true",
+        help="also run vLLM's own KVCacheManager (vllm 0.14 importable) and compare digests",
     )
     parser.add_argument("--managers", action="store_true",
                         help="run every manager of allocator.registry through the interface")
@@ -222,25 +274,37 @@ def main(argv: list[str] | None = None) -> None:
     prompts = build_prompts(rows, args.seed)
     outputs = [generated for _, generated in rows]
     print(
-        f"stream: {source}; block size {BLOCK_SIZE}, {NUM_BLOCKS} blocks, sha256, "
+        f"stream: {source}; block size {BLOCK_SIZE}, {args.num_blocks} blocks, sha256, "
         f"max {MAX_RUNNING} running"
     )
     if args.managers:
         _run_managers(prompts, outputs, args.n)
         return
     for enable_caching in (True, False):
-        results = [
-            run_stream(prompts, outputs, enable_caching, args.digest, args.staged)
-            for _ in range(args.repeat)
-        ]
-        best = max(results, key=lambda r: r.rate)
-        print(
-            f"caching {'on ' if enable_caching else 'off'}: {best.rate:,.0f} token-steps/s "
-            f"({best.cpu_rate:,.0f} per CPU-second; "
-            f"{best.token_steps:,} token-steps in {best.seconds:.2f} s, "
-            f"{best.preemptions} preemptions, {best.hit_tokens:,} hit tokens, "
-            f"digest {best.digest})"
-        )
+        # With --vllm the two implementations alternate, so that a slow minute on a shared
+        # machine hits both alike; the ratio is then the figure to read.
+        impls = (False, True) if args.vllm else (False,)
+        results: dict[bool, list[StreamResult]] = {impl: [] for impl in impls}
+        for _ in range(args.repeat):
+            for impl in impls:
+                results[impl].append(
+                    run_stream(prompts, outputs, enable_caching, args.digest or args.vllm,
+                               args.staged, vllm=impl, num_blocks=args.num_blocks)
+                )
+        for impl in impls:
+            best = max(results[impl], key=lambda r: r.rate)
+            label = f"caching {'on ' if enable_caching else 'off'}" + (" vllm" if impl else "")
+            print(
+                f"{label}: {best.rate:,.0f} token-steps/s "
+                f"({best.cpu_rate:,.0f} per CPU-second; "
+                f"{best.token_steps:,} token-steps in {best.seconds:.2f} s, "
+                f"{best.preemptions} preemptions, {best.hit_tokens:,} hit tokens, "
+                f"digest {best.digest})"
+            )
+        if args.vllm:
+            ours, theirs = (max(results[i], key=lambda r: r.rate) for i in impls)
+            same = "identical" if ours.digest == theirs.digest else "DIFFERENT"
+            print(f"  pagedsim / vLLM = {ours.rate / theirs.rate:.2f}x; block ids {same}")
 
 
 def _run_managers(prompts: list[list[int]], outputs: list[int], n: int) -> None:
