@@ -135,14 +135,13 @@ class BlockPool:
         """
         if num_cached_blocks >= num_full_blocks:
             return
-        if len(request.block_hashes) * self.hash_block_size < num_full_blocks * block_size:
+        block_hashes: Sequence[BlockHash] | BlockHashListWithBlockSize = request.block_hashes
+        if len(block_hashes) * self.hash_block_size < num_full_blocks * block_size:
             raise ValueError(
-                f"request {request.request_id!r} has {len(request.block_hashes)} block hashes, "
+                f"request {request.request_id!r} has {len(block_hashes)} block hashes, "
                 f"too few to cache {num_full_blocks} blocks of size {block_size}"
             )
-        if block_size == self.hash_block_size:
-            block_hashes: Sequence[BlockHash] | BlockHashListWithBlockSize = request.block_hashes
-        else:
+        if block_size != self.hash_block_size:
             block_hashes = BlockHashListWithBlockSize(
                 request.block_hashes, self.hash_block_size, block_size
             )
@@ -167,9 +166,25 @@ class BlockPool:
         Raises:
             ValueError: if fewer than ``num_blocks`` blocks are free.
         """
-        if num_blocks > self.free_block_queue.num_free_blocks:
+        queue = self.free_block_queue
+        if num_blocks > queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
-        ret = self.free_block_queue.popleft_n(num_blocks)
+        if num_blocks == 1:
+            # One block per decode step at a block boundary: skip the list-building loops.
+            block = queue.popleft()
+            block_hash = block._block_hash
+            if block_hash is not None and self.enable_caching:
+                self.num_cached_free_blocks -= 1
+                cache_dict = self.cached_block_hash_to_block._cache
+                if cache_dict.get(block_hash) is block:
+                    del cache_dict[block_hash]
+                    block._block_hash = None
+                else:
+                    self._maybe_evict_cached_block(block)
+            assert block.ref_cnt == 0
+            block.ref_cnt = 1
+            return [block]
+        ret = queue.popleft_n(num_blocks)
         if self.enable_caching:
             cache_dict = self.cached_block_hash_to_block._cache
             num_evicted = 0
@@ -221,14 +236,20 @@ class BlockPool:
                 nothing is changed in that case.
         """
         blocks_list = list(ordered_blocks)
+        freed = []
+        num_cached = 0
         for idx, block in enumerate(blocks_list):
-            block.ref_cnt -= 1
-            if block.ref_cnt < 0 and not block.is_null:
-                for undo in blocks_list[: idx + 1]:
-                    undo.ref_cnt += 1
-                raise ValueError(f"double free of block {block.block_id} (ref_cnt was 0)")
-        freed = [block for block in blocks_list if block.ref_cnt == 0 and not block.is_null]
-        self.num_cached_free_blocks += sum(1 for block in freed if block._block_hash is not None)
+            ref_cnt = block.ref_cnt - 1
+            block.ref_cnt = ref_cnt
+            if ref_cnt <= 0 and not block.is_null:
+                if ref_cnt < 0:
+                    for undo in blocks_list[: idx + 1]:
+                        undo.ref_cnt += 1
+                    raise ValueError(f"double free of block {block.block_id} (ref_cnt was 0)")
+                freed.append(block)
+                if block._block_hash is not None:
+                    num_cached += 1
+        self.num_cached_free_blocks += num_cached
         self.free_block_queue.append_n(freed)
 
     def evict_blocks(self, block_ids: set[int]) -> None:

@@ -190,19 +190,28 @@ class KVCacheManager:
         block_size = self.block_size
         num_new_blocks = -(num_tokens_need_slot // -block_size) - len(req_blocks)
         new_blocks = None
+        block_pool = self.block_pool
         if num_new_blocks > 0:
-            if num_new_blocks > self.block_pool.free_block_queue.num_free_blocks:
+            if num_new_blocks > block_pool.free_block_queue.num_free_blocks:
                 return None
-            new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
+            new_blocks = block_pool.get_new_blocks(num_new_blocks)
             req_blocks.extend(new_blocks)
         if self.enable_caching and not delay_cache_blocks:
             # Cheap test first: capping at request.num_tokens can only lower the count.
             num_tokens_to_cache = total_computed + num_new_tokens
-            if num_tokens_to_cache // block_size > self._num_cached_block.get(request_id, 0):
+            num_cached = self._num_cached_block.get(request_id, 0)
+            if num_tokens_to_cache // block_size > num_cached:
                 num_tokens = request.num_tokens
                 if num_tokens_to_cache > num_tokens:  # noqa: PLR1730
                     num_tokens_to_cache = num_tokens
-                self.single_type_manager.cache_blocks(request, num_tokens_to_cache)
+                # SingleTypeKVCacheManager.cache_blocks, one call layer less.
+                num_full = num_tokens_to_cache // block_size
+                if num_full > num_cached:
+                    block_pool.cache_full_blocks(
+                        request, req_blocks, num_cached, num_full, block_size,
+                        self.single_type_manager.kv_cache_group_id,
+                    )
+                    self._num_cached_block[request_id] = num_full
         return self.empty_kv_cache_blocks if new_blocks is None else KVCacheBlocks((new_blocks,))
 
     def _allocate_slots_staged(

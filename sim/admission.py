@@ -187,14 +187,13 @@ class Admission:
         key = (id(seq), self.epoch, n, hit)
         if single and key == self.failed:
             return False
-        taken = self.before_call(seq, hit, n, blocks)
         if self.manager.allocate_slots(req, n, hit, blocks) is None:
             self.failed = key if single else None
             return False
         self.epoch += 1
         req.num_computed_tokens = hit
         self.join_running(seq)
-        self.after_admit(seq, hit, n, taken)
+        self.after_admit(seq, hit, n)
         plan.add(seq, n, hit)
         plan.prefix_queries += req.num_tokens
         plan.prefix_hits += hit
@@ -211,26 +210,18 @@ class Admission:
 
     # ---- hooks for the fast path (sim/cohort.py) -----------------------------------------
 
-    def before_call(self, seq: Seq, c: int, n: int, hits: Any) -> int:
-        """Called before each allocate_slots; its result goes to the after_* hook."""
-        return 0
-
-    def after_admit(self, seq: Seq, hit: int, n: int, taken: int) -> None:
+    def after_admit(self, seq: Seq, hit: int, n: int) -> None:
         """A waiting sequence was admitted with ``hit`` cached and ``n`` new tokens."""
-        self.after_allocate(seq, n, taken)
+        self.after_allocate(seq, n)
 
-    def after_allocate(self, seq: Seq, n: int, taken: int) -> None:
+    def after_allocate(self, seq: Seq, n: int) -> None:
         """allocate_slots succeeded for ``n`` new tokens."""
-
-    def before_free(self, seq: Seq) -> None:
-        """The sequence's blocks are about to be freed."""
 
     def on_freed(self, seq: Seq) -> None:
         """The sequence's blocks were freed."""
 
     def free_seq(self, seq: Seq) -> None:
         """Free a sequence's blocks in the manager."""
-        self.before_free(seq)
         self.manager.free(seq.req)
         self.epoch += 1
         self.on_freed(seq)

@@ -115,6 +115,44 @@ class FastBlockHasher:
         hashes: list[bytes] = self._lanes.chain(blocks, seed).view("V16").ravel().tolist()
         return hashes
 
+    def hash_runs(self, tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64]
+                  ) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+        """``hash_tokens`` of every run ``tokens[offsets[r]:offsets[r + 1]]`` in one pass.
+
+        Returns:
+            (hashes, block_offsets): run r's block hashes are
+            ``hashes[block_offsets[r]:block_offsets[r + 1]]``.
+        """
+        bs = self.block_size
+        starts = offsets[:-1]
+        counts = (offsets[1:] - starts) // bs
+        block_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=block_offsets[1:])
+        total = int(block_offsets[-1])
+        if total == 0:
+            return [], block_offsets
+        # Block b of run r starts at starts[r] + local(b) * bs; local(b) = b - block_offsets[r].
+        local = np.arange(total, dtype=np.int64) - np.repeat(block_offsets[:-1], counts)
+        first = np.repeat(starts, counts) + local * bs
+        blocks = tokens[first[:, None] + np.arange(bs)].astype(np.uint64)
+        lanes = self._lanes
+        content = _mix64(blocks @ lanes.weights + lanes.salt)
+        pow_r, pow_inv = lanes.powers(int(counts.max()))
+        # The chain of each run, as in _Lanes.chain, with a cumulative sum restarted per run.
+        acc = np.cumsum(content * pow_inv[local], axis=0, dtype=np.uint64)
+        before = np.zeros((len(counts), 2), dtype=np.uint64)
+        nonempty = counts > 0
+        head = block_offsets[:-1][nonempty]
+        before[nonempty] = np.where((head > 0)[:, None], acc[np.maximum(head - 1, 0)], 0)
+        acc -= np.repeat(before, counts, axis=0)
+        acc += np.array(lanes.seed, dtype=np.uint64)
+        hashes: list[bytes] = (acc * pow_r[local]).view("V16").ravel().tolist()
+        return hashes, block_offsets
+
+    def register_hashes(self, request_id: str, hashes: list[bytes]) -> None:
+        """Use ``hashes`` (from :meth:`hash_runs`) as the sequence's precomputed table."""
+        self._table[request_id] = hashes
+
     def register(self, request_id: str, token_ids: npt.ArrayLike) -> None:
         """Hash a sequence's whole future token list now; later calls slice this table."""
         self._table[request_id] = self.hash_tokens(token_ids)
@@ -133,5 +171,6 @@ class FastBlockHasher:
         if table is not None and len(table) >= end:
             return table[start:end]
         bs = self.block_size
-        tokens = request.all_token_ids[start * bs: end * bs]
+        array = getattr(request, "token_array", None)  # a SimRequest: no list to build
+        tokens = (array if array is not None else request.all_token_ids)[start * bs: end * bs]
         return self.hash_tokens(tokens, done[-1] if done else None)

@@ -18,7 +18,7 @@ Used only for the paged manager with full attention, recompute preemption and no
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sim.plan import StepPlan
 from sim.scheduler import Scheduler
@@ -157,57 +157,51 @@ class FastScheduler(Scheduler):
         if done <= c - prompt:
             req.append_output_token_ids(seq.out_ids[done:c + 1 - prompt])
         held = seq.held
-        tally = self.tally
-        taken = 0
-        if c >= held and self.caching:
-            head = tally.pool.free_block_queue.fake_free_list_head.next_free_block
-            taken = 0 if head is None or head.block_hash is None else 1
         if self.manager.allocate_slots(req, 1) is None:
             self._wake(seq)
             return self._run_active(seq, plan)
         self.epoch += 1
         bs = self.block_size
+        output_len = seq.group.output_len
+        # Comparisons rather than min(): this runs at every block boundary of every sequence.
         if c >= held:
-            final = prompt + seq.group.output_len - 1
+            final = prompt + output_len - 1
             new_held = (c // bs + 1) * bs
+            tally = self.tally
             tally.held_slots += new_held - held
-            tally.ceiling += min(final, new_held) - min(final, held)
-            tally.cached_free -= taken
+            tally.ceiling += (new_held if new_held < final else final) - (  # noqa: FURB136
+                held if held < final else final)  # noqa: FURB136
             seq.held = held = new_held
-        call_at = min(held, ((c + 1) // bs + 1) * bs - 1) if self.caching else held
+        call_at = held
+        if self.caching:
+            fill_at = ((c + 1) // bs + 1) * bs - 1
+            if fill_at < held:
+                call_at = fill_at
         seq.call_at = call_at
-        last = prompt + seq.group.output_len - 2
-        event = min(last, call_at)
-        self.buckets.setdefault(event - seq.base, []).append((seq, seq.gen))
+        last = prompt + output_len - 2
+        event = last if last < call_at else call_at  # noqa: FURB136
+        key = event - seq.base
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            self.buckets[key] = [(seq, seq.gen)]
+        else:
+            bucket.append((seq, seq.gen))
         return True
 
     def can_skip(self, seq: Seq, n: int) -> bool:
         return n == 1 and seq.req.num_computed_tokens < seq.call_at
 
-    def before_call(self, seq: Seq, c: int, n: int, hits: Any) -> int:
-        if not self.caching:
-            return 0
-        hits = hits.blocks[0] if hits is not None else None
-        need = -(-min(c + n, self.config.max_model_len) // self.block_size)
-        have = len(hits) if hits else seq.held // self.block_size
-        return self.tally.hashed_ahead(max(0, need - have), hits)
-
-    def after_allocate(self, seq: Seq, n: int, taken: int) -> None:
+    def after_allocate(self, seq: Seq, n: int) -> None:
         bs = self.block_size
         c = seq.req.num_computed_tokens
         end = min(c + n, self.config.max_model_len)
         self.tally.set_held(seq, max(seq.held, -(-end // bs) * bs))
-        self.tally.cached_free -= taken
         seq.call_at = min(seq.held, (end // bs + 1) * bs - 1) if self.caching else seq.held
 
-    def after_admit(self, seq: Seq, hit: int, n: int, taken: int) -> None:
+    def after_admit(self, seq: Seq, hit: int, n: int) -> None:
         self.active[seq.key] = seq
         self.active_computed += hit
-        self.after_allocate(seq, n, taken)
-
-    def before_free(self, seq: Seq) -> None:
-        if self.caching:
-            self.tally.cached_free += self.tally.hashed_freed(seq.request_id)
+        self.after_allocate(seq, n)
 
     def leave_running(self, seq: Seq) -> None:
         super().leave_running(seq)

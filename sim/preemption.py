@@ -93,5 +93,5 @@ class Preemption(Admission):
         seq.flush()
         if self.manager.allocate_slots(seq.req, n) is not None:
             self.epoch += 1
-            self.after_allocate(seq, n, 0)
+            self.after_allocate(seq, n)
             plan.add(seq, n, c)

@@ -81,7 +81,6 @@ class Scheduler(Preemption):
             return True
         seq.flush()
         while True:
-            taken = self.before_call(seq, c, n, None)
             if self.manager.allocate_slots(seq.req, n) is not None:
                 break
             victim = self.running[next(reversed(self.running))]
@@ -92,7 +91,7 @@ class Scheduler(Preemption):
                 return False
             seq.flush()
         self.epoch += 1
-        self.after_allocate(seq, n, taken)
+        self.after_allocate(seq, n)
         return True
 
     def can_skip(self, seq: Seq, n: int) -> bool:

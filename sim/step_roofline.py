@@ -75,8 +75,14 @@ class RooflineStepModel(StepModel):
             tokens += new
             keys += new + (context if cap is None or context < cap else cap)
             pairs += causal_pairs(new, context, window)
-        linear = max(self._lin_mem_const + self._lin_mem_token * tokens,
-                     self._lin_flop_token * tokens + self._lin_flop_seq * num_seqs)
-        attention = max(self._att_mem_key * keys + self._att_mem_token * tokens,
-                        self._att_flop_pair * pairs)
+        # Each part is bound by memory or by compute, whichever is slower (comparisons rather
+        # than max(): this runs once per simulated step).
+        linear = self._lin_mem_const + self._lin_mem_token * tokens
+        linear_flops = self._lin_flop_token * tokens + self._lin_flop_seq * num_seqs
+        if linear_flops > linear:  # noqa: PLR1730
+            linear = linear_flops
+        attention = self._att_mem_key * keys + self._att_mem_token * tokens
+        attention_flops = self._att_flop_pair * pairs
+        if attention_flops > attention:  # noqa: PLR1730
+            attention = attention_flops
         return StepTime(attention, linear, self.overhead_s + self.per_seq_overhead_s * num_seqs)

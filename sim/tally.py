@@ -11,11 +11,9 @@ contributes exactly (as ``allocator/paged_snapshot.py`` classifies its tail bloc
 so with A_h = sum h, A_r = sum min(F, h) and A_c = sum c the snapshot is
     token_states = held blocks x bs - (A_h - A_c),  reserved = A_r - A_c,
     internal_frag = (A_h - A_c) - reserved,  cached = cached_free x bs,  free = the rest.
-Held and free block counts come from the pool (O(1)). ``cached_free`` (free blocks still in the
-prefix cache) is followed call by call: before an allocation the scheduler counts the hashed
-blocks it will take (hits pulled out of the free queue, then the queue's front blocks); before
-a free, the hashed blocks whose ref_cnt will reach 0. ``--debug`` checks every step against
-``memory_snapshot()``.
+Held, free and cached-free block counts come from the pool (O(1): ``num_free_blocks`` and
+``num_cached_free_blocks``, the counter ``PagedKVCacheManager.memory_snapshot`` reads too).
+``--debug`` checks every step against ``memory_snapshot()``.
 """
 from __future__ import annotations
 
@@ -36,32 +34,6 @@ class PagedTally:
         self.usable = self.pool.num_gpu_blocks - 1
         self.held_slots = 0
         self.ceiling = 0
-        self.cached_free = 0
-
-    def hashed_ahead(self, num_new: int, hits: list[Any] | None) -> int:
-        """Cached free blocks an allocation of ``num_new`` blocks after ``hits`` will take."""
-        taken = 0
-        skip: set[int] = set()
-        if hits:
-            for block in hits:
-                if block.ref_cnt == 0 and not block.is_null:
-                    taken += 1
-                    skip.add(block.block_id)
-        queue = self.pool.free_block_queue
-        block = queue.fake_free_list_head.next_free_block
-        tail = queue.fake_free_list_tail
-        while num_new > 0 and block is not tail:
-            if block.block_id not in skip:
-                num_new -= 1
-                if block.block_hash is not None:
-                    taken += 1
-            block = block.next_free_block
-        return taken
-
-    def hashed_freed(self, request_id: str) -> int:
-        """Hashed blocks of the request that its free will return to the free queue."""
-        return sum(1 for b in self.tables.get(request_id, ())
-                   if b.ref_cnt == 1 and b.block_hash is not None and not b.is_null)
 
     def set_held(self, seq: Seq, held: int) -> None:
         """The sequence now holds ``held`` slots (0 when freed)."""
@@ -78,9 +50,11 @@ class PagedTally:
             computed: A_c, the computed tokens of every sequence holding blocks.
         """
         bs = self.block_size
-        num_free = self.pool.get_num_free_blocks()
+        pool = self.pool
+        num_free = pool.free_block_queue.num_free_blocks
+        cached_free = pool.num_cached_free_blocks
         unwritten = self.held_slots - computed
         reserved = self.ceiling - computed
         token_states = (self.usable - num_free) * bs - unwritten
-        return (token_states, reserved, unwritten - reserved, self.cached_free * bs, 0,
-                (num_free - self.cached_free) * bs, computed)
+        return (token_states, reserved, unwritten - reserved, cached_free * bs, 0,
+                (num_free - cached_free) * bs, computed)

@@ -7,7 +7,10 @@ when it has them (explicit ids, or Mooncake hash ids expanded block by block), e
 ``traces.derive_token_ids(seed, request_id, position)``; sample k > 0 of a request derives
 its outputs under the key ``"{request_id}/{k}"`` and a forked beam under
 ``"{request_id}/b{serial}"``. Requests are built lazily, when first considered for
-admission, so a long waiting queue holds no token lists.
+admission, so a long waiting queue holds no token lists. Rows whose tokens are one derived
+run (no shared segments or source ids: the Azure traces, most synthetic ones) are derived
+and hashed ``PREFETCH`` at a time in one vectorised pass; each sequence is a ``SimRequest``
+over its token array.
 """
 from __future__ import annotations
 
@@ -18,7 +21,12 @@ import numpy as np
 from allocator.request import Request
 from sim.block_hash import FastBlockHasher
 from sim.sequence import Group, Seq
+from sim.sim_request import SimRequest
 from traces import derive_token_ids
+from traces.tokens import derive_token_runs
+
+PREFETCH = 256
+"""Rows whose tokens (and fast block hashes) are derived together, ahead of admission."""
 
 if TYPE_CHECKING:
     from sim.options import SchedulerConfig
@@ -50,6 +58,8 @@ class Workload:
                                       else [config.beam_width] * len(trace))
         self.lines = trace.lines.tolist() if trace.lines is not None else None
         self.num_forks = 0
+        self.derived = trace.derived_rows().tolist()
+        self.ready: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -70,15 +80,30 @@ class Workload:
     def first_seqs(self, group: Group, split: bool) -> list[Seq]:
         """The sequences a group starts with: all of them when ``split`` (independent
         samples or beams), else one that forks the others after its prefill."""
-        array = self.trace.prompt_token_ids(group.index)
-        prompt = array.tolist()
         count = group.width if split else 1
-        return [self._new_seq(group, sample, prompt, array) for sample in range(count)]
+        index = group.index
+        if self.derived[index] and index not in self.ready:
+            self._prefetch(index)
+        seqs = []
+        ready = self.ready.pop(index, None)
+        if ready is not None:
+            tokens, hashes = ready
+            seqs.append(self._new_seq(group, 0, tokens, group.prompt_len, hashes))
+        prompt = None
+        for sample in range(len(seqs), count):
+            if prompt is None:
+                prompt = self.trace.prompt_token_ids(index)
+            out = self.trace.output_token_ids(index, sample)[:group.output_len]
+            seqs.append(self._new_seq(group, sample, np.concatenate([prompt, out]),
+                                      len(prompt)))
+        return seqs
 
     def child_seq(self, parent: Seq, sample: int) -> Seq:
         """A cow sample forked from ``parent`` right after prefill (same prompt, own outputs)."""
-        prompt = parent.req.prompt_token_ids
-        return self._new_seq(parent.group, sample, prompt, np.array(prompt, dtype=np.int64))
+        group = parent.group
+        prompt = np.array(parent.req.prompt_token_ids, dtype=np.int32)
+        out = self.trace.output_token_ids(group.index, sample)[:group.output_len]
+        return self._new_seq(group, sample, np.concatenate([prompt, out]), len(prompt))
 
     def beam_child(self, parent: Seq) -> Seq:
         """A beam forked from ``parent``: its tokens so far, then its own continuation."""
@@ -96,15 +121,37 @@ class Workload:
         out_ids = parent.out_ids[:parent.num_out] + own
         return Seq(req, group, parent.sample, label, out_ids, parent.num_out)
 
-    def _new_seq(self, group: Group, sample: int, prompt: list[int],
-                 array: np.ndarray) -> Seq:
-        label = group.request_id if sample == 0 else f"{group.request_id}/{sample}"
-        out = self.trace.output_token_ids(group.index, sample)[:group.output_len]
+    def _prefetch(self, first: int) -> None:
+        """Derive (and hash) the tokens of the derived rows among the next PREFETCH rows."""
+        rows = [i for i in range(first, min(first + PREFETCH, len(self.ids)))
+                if self.derived[i] and i not in self.ready]
+        limit = self.config.max_model_len
+        lengths = []
+        for i in rows:
+            prompt, wanted = self.prompt_lens[i], self.output_lens[i]
+            lengths.append(prompt + (wanted if prompt >= limit else min(wanted, limit - prompt)))
+        tokens, offsets = derive_token_runs(self.seed, [str(self.ids[i]) for i in rows],
+                                            lengths, self.trace.vocab_size)
         if self.table is not None:
-            self.table.register(label, np.concatenate([array, out]))
-        req = Request(label, prompt, group.output_len, arrival_time=group.arrival,
-                      block_hasher=self.hasher, final_output_len=group.output_len)
-        return Seq(req, group, sample, label, out.tolist())
+            hashes, block_offsets = self.table.hash_runs(tokens, offsets)
+        for k, i in enumerate(rows):
+            run = tokens[offsets[k]:offsets[k + 1]]
+            run_hashes = (hashes[block_offsets[k]:block_offsets[k + 1]]
+                          if self.table is not None else None)
+            self.ready[i] = (run, run_hashes)
+
+    def _new_seq(self, group: Group, sample: int, tokens: np.ndarray, num_prompt: int,
+                 hashes: list[bytes] | None = None) -> Seq:
+        label = group.request_id if sample == 0 else f"{group.request_id}/{sample}"
+        if self.table is not None:
+            if hashes is None:
+                self.table.register(label, tokens)
+            else:
+                self.table.register_hashes(label, hashes)
+        req = SimRequest(label, tokens, num_prompt, group.output_len,
+                         arrival_time=group.arrival, block_hasher=self.hasher,
+                         final_output_len=group.output_len)
+        return Seq(req, group, sample, label, tokens[num_prompt:].tolist())
 
     def release(self, seq: Seq) -> None:
         """Forget a finished sequence's precomputed hashes."""

@@ -239,6 +239,17 @@ class Trace:
                                 int(self.prompt_lens[i]) - pre, self.seed, self.vocab_size))
         return np.concatenate(parts)[: int(self.prompt_lens[i])]
 
+    def derived_rows(self) -> npt.NDArray[np.bool_]:
+        """Rows whose prompt is derived entirely under the request's own id (no shared
+        segments, no source tokens): prompt and sample-0 outputs are then one run,
+        ``derive_token_ids(seed, request_id, 0, prompt_len + output_len)``."""
+        plain = self.prefix_lens == 0
+        if self.seg_count is not None:
+            plain &= self.seg_count == 0
+        if self.store is not None and self.token_src is not None:
+            plain &= self.token_src < 0
+        return plain  # type: ignore[no-any-return]
+
     def output_token_ids(self, i: int, sample: int = 0) -> TokenArray:
         """Output ids of request i: `derive_token_ids(seed, request_id, prompt_len, output_len)`.
 

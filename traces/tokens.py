@@ -66,6 +66,33 @@ def derive_token_ids(
     return (x % np.uint64(vocab_size)).astype(np.int32)
 
 
+def derive_token_runs(
+    seed: int, keys: list[str], lengths: npt.ArrayLike, vocab_size: int = 32000
+) -> tuple[TokenArray, IntArray]:
+    """``derive_token_ids(seed, keys[r], 0, lengths[r])`` for every r, in one vectorised pass.
+
+    Returns:
+        (tokens, offsets): run r is ``tokens[offsets[r]:offsets[r + 1]]``.
+
+    Raises:
+        ValueError: a negative length, mismatched inputs or vocab_size < 1.
+    """
+    lens = np.asarray(lengths, dtype=np.int64)
+    if lens.ndim != 1 or len(lens) != len(keys) or (lens < 0).any() or vocab_size < 1:
+        raise ValueError(f"bad derive_token_runs args: {len(keys)} keys, lengths "
+                         f"{lens.shape}, vocab_size={vocab_size}")
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    salts = np.array([key_of(seed, key) for key in keys], dtype=np.uint64)
+    # Position of each token within its run: a global count minus its run's start offset.
+    pos = np.arange(offsets[-1], dtype=np.uint64)
+    pos -= np.repeat(offsets[:-1].astype(np.uint64), lens)
+    pos *= _GOLDEN
+    pos += np.repeat(salts, lens)
+    x = mix64(pos)
+    return (x % np.uint64(vocab_size)).astype(np.int32), offsets
+
+
 def expand_hash_blocks(
     seed: int, hash_ids: npt.NDArray[np.int64], length: int, block_size: int,
     vocab_size: int = 32000,

@@ -99,3 +99,19 @@ def test_window_keeps_exactly_the_interval(rows: list[tuple[int, int]], start: f
     inside = (src.arrival_s >= start) & (src.arrival_s < start + width)
     assert len(t) == int(inside.sum())
     assert np.allclose(t.arrival_s, src.arrival_s[inside] - start)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32), lengths=st.lists(st.integers(0, 200), max_size=12),
+       vocab=st.integers(1, 70_000))
+def test_derive_token_runs_equals_one_call_per_run(seed: int, lengths: list[int],
+                                                   vocab: int) -> None:
+    """The vectorised form gives each run exactly derive_token_ids(seed, key, 0, length)."""
+    from traces.tokens import derive_token_runs
+
+    keys = [f"r{i}" for i in range(len(lengths))]
+    tokens, offsets = derive_token_runs(seed, keys, lengths, vocab)
+    assert offsets[-1] == len(tokens) == sum(lengths)
+    for key, length, start in zip(keys, lengths, offsets):
+        run = tokens[start:start + length]
+        assert np.array_equal(run, derive_token_ids(seed, key, 0, length, vocab))

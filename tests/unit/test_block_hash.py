@@ -59,3 +59,19 @@ def test_fast_and_sha256_give_the_same_hits() -> None:
         results.append(summary)
     assert results[0] == results[1] and results[0]["prefix_hit_rate"] > 0
     assert simulate(trace).summary["num_finished"] == 12
+
+
+def test_hash_runs_equals_hash_tokens_per_run() -> None:
+    """Hashing many runs in one pass gives each run its own chain, as hash_tokens does."""
+    hasher = FastBlockHasher(16)
+    rng = np.random.default_rng(3)
+    lengths = [0, 15, 16, 17, 200, 3, 64, 1000, 31]
+    tokens = rng.integers(0, 32000, sum(lengths)).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    hashes, block_offsets = hasher.hash_runs(tokens, offsets)
+    assert list(np.diff(block_offsets)) == [n // 16 for n in lengths]
+    for r in range(len(lengths)):
+        run = tokens[offsets[r]:offsets[r + 1]]
+        assert hashes[block_offsets[r]:block_offsets[r + 1]] == hasher.hash_tokens(run)
+    empty, none = hasher.hash_runs(tokens[:10], np.array([0, 5, 10]))
+    assert empty == [] and list(none) == [0, 0, 0]

@@ -1,0 +1,114 @@
+"""A request whose token ids are known before it runs (trace prompt plus derived outputs).
+
+The simulator knows every token a sequence will ever hold when it builds it, so
+``SimRequest`` keeps them in one numpy array and moves a counter as outputs are appended. The
+allocator sees the same request as with ``allocator.request.Request``: ``num_tokens``,
+``block_hashes`` (extended by the block hasher as blocks fill), ``num_computed_tokens``. Token
+lists are built only when something asks for them (the allocation log, a vLLM hasher that
+reads tokens), so a 20,000-request replay copies no token lists.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import numpy.typing as npt
+
+from allocator.request import BlockHasher, Request
+
+
+class SimRequest(Request):
+    """``Request`` over a fixed token array: ``tokens[:num_prompt]`` is the prompt and the
+    rest are the outputs in the order they will be appended.
+
+    Appending output ids advances the counter: the ids given must be the array's next ones
+    (the simulator passes slices of the same derived outputs); only their count is used.
+    ``prompt_token_ids``, ``all_token_ids`` and ``output_token_ids`` return fresh lists.
+
+    Raises:
+        ValueError: an empty prompt, ``max_tokens < 1``, or appending past the array.
+    """
+
+    __slots__ = ("_num_prompt", "_num_tokens", "_tokens")
+
+    def __init__(
+        self,
+        request_id: str,
+        tokens: npt.NDArray[np.integer],
+        num_prompt: int,
+        max_tokens: int,
+        arrival_time: float = 0.0,
+        block_hasher: BlockHasher | None = None,
+        final_output_len: int | None = None,
+    ) -> None:
+        if num_prompt < 1 or num_prompt > len(tokens):
+            raise ValueError(f"request {request_id!r}: prompt length {num_prompt} outside "
+                             f"1..{len(tokens)}")
+        if max_tokens < 1:
+            raise ValueError(f"request {request_id!r}: max_tokens must be >= 1, got {max_tokens}")
+        self.request_id = request_id
+        self._tokens = tokens
+        self._num_prompt = num_prompt
+        self._num_tokens = num_prompt
+        self.max_tokens = max_tokens
+        self.arrival_time = arrival_time
+        self.lora_name = None
+        self.cache_salt = None
+        self.priority = 0
+        self.final_output_len = final_output_len
+        self.skip_reading_prefix_cache = False
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = -1
+        self.num_preemptions = 0
+        self.block_hashes = []
+        self._block_hasher = block_hasher
+        hash_block_size = getattr(block_hasher, "block_size", None)
+        self._hash_step = (
+            hash_block_size if isinstance(hash_block_size, int) and hash_block_size > 0 else 0
+        )
+        self._next_hash_at = sys.maxsize
+        if block_hasher is not None:
+            self._update_block_hashes()
+
+    @property  # type: ignore[override]
+    def prompt_token_ids(self) -> list[int]:
+        """The prompt (a new list)."""
+        return self._tokens[: self._num_prompt].tolist()  # type: ignore[no-any-return]
+
+    @property
+    def num_tokens(self) -> int:
+        return self._num_tokens
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self._num_prompt
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self._num_tokens - self._num_prompt
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        """The outputs appended so far (a new list)."""
+        return self._tokens[self._num_prompt : self._num_tokens].tolist()  # type: ignore[no-any-return]
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt and appended outputs (a new list)."""
+        return self._tokens[: self._num_tokens].tolist()  # type: ignore[no-any-return]
+
+    @property
+    def token_array(self) -> npt.NDArray[np.integer]:
+        """Every token this request will hold (read only by convention)."""
+        return self._tokens
+
+    def append_output_token_ids(self, token_ids: int | list[int]) -> None:
+        """Advance past the next output ids (one int or a list) and hash any filled block."""
+        count = 1 if isinstance(token_ids, int) else len(token_ids)
+        num_tokens = self._num_tokens + count
+        if num_tokens > len(self._tokens):
+            raise ValueError(f"request {self.request_id!r}: appending {count} outputs passes "
+                             f"the {len(self._tokens)} known tokens")
+        self._num_tokens = num_tokens
+        if num_tokens >= self._next_hash_at:
+            self._update_block_hashes()

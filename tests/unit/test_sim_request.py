@@ -1,0 +1,76 @@
+"""SimRequest: the allocator sees it exactly as a Request over the same tokens."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allocator.hashing import get_request_block_hasher, init_none_hash, sha256
+from allocator.request import Request
+from sim.block_hash import FastBlockHasher
+from sim.sim_request import SimRequest
+from sim.workload import Workload
+from tests.unit.simkit import make_trace
+from traces import add_system_prompt
+
+
+@pytest.mark.parametrize("kind", ["fast", "sha256", "none"])
+def test_sim_request_matches_request(kind: str) -> None:
+    """Same token counts, lists and block hashes after every append, for every hasher."""
+    init_none_hash(sha256)
+    hasher = {"fast": FastBlockHasher(16), "sha256": get_request_block_hasher(16, sha256),
+              "none": None}[kind]
+    tokens = np.random.default_rng(5).integers(0, 32000, 120).astype(np.int32)
+    prompt = 37
+    ref = Request("r", tokens[:prompt].tolist(), 83, block_hasher=hasher)
+    sim = SimRequest("r", tokens, prompt, 83, block_hasher=hasher)
+    appended = prompt
+    for step in [1, 4, 1, 16, 9, 1, 30, 5]:
+        ids = tokens[appended:appended + step].tolist()
+        ref.append_output_token_ids(ids[0] if step == 1 else ids)
+        sim.append_output_token_ids(ids[0] if step == 1 else ids)
+        appended += step
+        assert sim.num_tokens == ref.num_tokens == appended
+        assert sim.num_output_tokens == ref.num_output_tokens
+        assert sim.block_hashes == ref.block_hashes
+        assert sim.all_token_ids == ref.all_token_ids
+        assert sim.output_token_ids == ref.output_token_ids
+    assert sim.prompt_token_ids == ref.prompt_token_ids
+    assert sim.num_prompt_tokens == ref.num_prompt_tokens == prompt
+
+
+def test_sim_request_rejects_bad_input() -> None:
+    tokens = np.arange(10, dtype=np.int32)
+    with pytest.raises(ValueError, match="prompt length 0"):
+        SimRequest("a", tokens, 0, 4)
+    with pytest.raises(ValueError, match="max_tokens"):
+        SimRequest("a", tokens, 5, 0)
+    req = SimRequest("a", tokens, 8, 4)
+    with pytest.raises(ValueError, match="passes the 10 known tokens"):
+        req.append_output_token_ids([1, 2, 3])
+
+
+def test_prefetched_tokens_equal_the_trace_contract() -> None:
+    """Rows derived in batches get prompt_token_ids + output_token_ids, as per-row calls do;
+    rows with a shared system prompt are not batched but still get the same tokens."""
+    from sim.options import SchedulerConfig
+
+    rng = np.random.default_rng(4)
+    rows = [(0.1 * i, int(rng.integers(5, 300)), int(rng.integers(1, 60))) for i in range(40)]
+    trace = add_system_prompt(make_trace(rows), 64, fraction=0.5, seed=2)
+    derived = trace.derived_rows()
+    assert 0 < derived.sum() < len(trace)
+    config = SchedulerConfig(num_gpu_blocks=512, max_model_len=256)
+    workload = Workload(trace, config, FastBlockHasher(16))
+    for i in range(len(trace)):
+        group = workload.make_group(i)
+        if group.reject_reason:
+            continue
+        (seq,) = workload.first_seqs(group, split=False)
+        expect = np.concatenate([trace.prompt_token_ids(i),
+                                 trace.output_token_ids(i)[:group.output_len]])
+        assert np.array_equal(seq.req.token_array, expect), i
+        assert seq.req.num_prompt_tokens == group.prompt_len
+        assert seq.out_ids == expect[group.prompt_len:].tolist()
+        table = workload.table.hash_tokens(expect)
+        seq.req.append_output_token_ids(seq.out_ids)
+        assert seq.req.block_hashes == table
