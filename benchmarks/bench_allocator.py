@@ -199,8 +199,8 @@ def _vllm_setup(
         from vllm.v1.core.kv_cache_manager import KVCacheManager as VllmKVCacheManager
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher as vllm_block_hasher
         from vllm.v1.core.kv_cache_utils import init_none_hash as vllm_init_none_hash
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig as VllmConfig
-        from vllm.v1.kv_cache_interface import KVCacheGroupSpec
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec
+        from vllm.v1.kv_cache_interface import KVCacheConfig as VllmConfig
         from vllm.v1.request import Request as VllmRequest
     except ImportError as exc:
         sys.exit(f"--vllm needs an importable vllm (0.14): {exc}")

@@ -70,8 +70,8 @@ class SimRequest(Request):
         if block_hasher is not None:
             self._update_block_hashes()
 
-    @property  # type: ignore[override]
-    def prompt_token_ids(self) -> list[int]:
+    @property
+    def prompt_token_ids(self) -> list[int]:  # type: ignore[override]
         """The prompt (a new list)."""
         return self._tokens[: self._num_prompt].tolist()  # type: ignore[no-any-return]
 

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from allocator.interface import NoFreeBlocksError
-from allocator.interface import KVManager, ManagerConfig
+from allocator.interface import KVManager, ManagerConfig, NoFreeBlocksError
 from allocator.paged import PagedKVCacheManager
 from allocator.request import Request
 
