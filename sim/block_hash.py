@@ -149,10 +149,6 @@ class FastBlockHasher:
         hashes: list[bytes] = (acc * pow_r[local]).view("V16").ravel().tolist()
         return hashes, block_offsets
 
-    def register_hashes(self, request_id: str, hashes: list[bytes]) -> None:
-        """Use ``hashes`` (from :meth:`hash_runs`) as the sequence's precomputed table."""
-        self._table[request_id] = hashes
-
     def register(self, request_id: str, token_ids: npt.ArrayLike) -> None:
         """Hash a sequence's whole future token list now; later calls slice this table."""
         self._table[request_id] = self.hash_tokens(token_ids)

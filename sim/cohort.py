@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from allocator.kv_cache_manager import KVCacheManager
+from allocator.paged import PagedKVCacheManager
 from sim.plan import StepPlan
 from sim.scheduler import Scheduler
 from sim.sequence import RUNNING, Seq
@@ -49,6 +51,12 @@ class FastScheduler(Scheduler):
         self.active_computed = 0
         self.num_steady = 0
         self.steady_base = 0
+        # A steady sequence's one-token call goes straight to vLLM's allocate_slots: the paged
+        # manager's additions are idle here (no forks, so no copy-on-write; recompute
+        # preemption, so no swap run to end; the request was registered when admitted).
+        if not isinstance(manager, PagedKVCacheManager) or manager.has_forked:
+            raise ValueError("the fast path needs a paged manager that has not forked")
+        self.decode_allocate = KVCacheManager.allocate_slots.__get__(manager)
 
     # ---- steady set ----------------------------------------------------------------------
 
@@ -157,7 +165,7 @@ class FastScheduler(Scheduler):
         if done <= c - prompt:
             req.append_output_token_ids(seq.out_ids[done:c + 1 - prompt])
         held = seq.held
-        if self.manager.allocate_slots(req, 1) is None:
+        if self.decode_allocate(req, 1) is None:
             self._wake(seq)
             return self._run_active(seq, plan)
         self.epoch += 1

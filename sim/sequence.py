@@ -11,7 +11,7 @@ costs nothing per steady sequence (see ``sim/cohort.py``).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from allocator.request import Request
@@ -91,6 +91,8 @@ class Seq:
     Invariants: a running sequence has a unique ``key`` that orders the running list (larger
     is later); ``num_out`` outputs exist, of which ``req.num_output_tokens`` are appended to
     ``req`` (the rest are appended lazily, before the manager next looks at ``req``).
+    ``out_ids`` are all the outputs it will produce: a view of a ``SimRequest``'s token array,
+    or a list of ints for a forked beam's plain ``Request``.
     """
 
     __slots__ = (
@@ -113,7 +115,7 @@ class Seq:
     )
 
     def __init__(self, req: Request, group: Group, sample: int, label: str,
-                 out_ids: list[int], num_out: int = 0) -> None:
+                 out_ids: Any, num_out: int = 0) -> None:
         self.req = req
         self.group = group
         self.sample = sample

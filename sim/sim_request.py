@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import numpy.typing as npt
 
+from allocator.hashing import BlockHash
 from allocator.request import BlockHasher, Request
 
 
@@ -23,13 +24,15 @@ class SimRequest(Request):
 
     Appending output ids advances the counter: the ids given must be the array's next ones
     (the simulator passes slices of the same derived outputs); only their count is used.
+    ``block_hashes`` (optional) are the hasher's hashes of every full block of ``tokens``,
+    computed in advance; filled blocks then take theirs from it instead of calling the hasher.
     ``prompt_token_ids``, ``all_token_ids`` and ``output_token_ids`` return fresh lists.
 
     Raises:
         ValueError: an empty prompt, ``max_tokens < 1``, or appending past the array.
     """
 
-    __slots__ = ("_num_prompt", "_num_tokens", "_tokens")
+    __slots__ = ("_hashes", "_num_prompt", "_num_tokens", "_tokens")
 
     def __init__(
         self,
@@ -40,6 +43,7 @@ class SimRequest(Request):
         arrival_time: float = 0.0,
         block_hasher: BlockHasher | None = None,
         final_output_len: int | None = None,
+        block_hashes: list[BlockHash] | None = None,
     ) -> None:
         if num_prompt < 1 or num_prompt > len(tokens):
             raise ValueError(f"request {request_id!r}: prompt length {num_prompt} outside "
@@ -67,6 +71,12 @@ class SimRequest(Request):
             hash_block_size if isinstance(hash_block_size, int) and hash_block_size > 0 else 0
         )
         self._next_hash_at = sys.maxsize
+        self._hashes = None
+        if block_hasher is not None and block_hashes is not None and self._hash_step:
+            if len(block_hashes) != len(tokens) // self._hash_step:
+                raise ValueError(f"request {request_id!r}: {len(block_hashes)} block hashes for "
+                                 f"{len(tokens)} tokens of blocks of {self._hash_step}")
+            self._hashes = block_hashes
         if block_hasher is not None:
             self._update_block_hashes()
 
@@ -112,3 +122,14 @@ class SimRequest(Request):
         self._num_tokens = num_tokens
         if num_tokens >= self._next_hash_at:
             self._update_block_hashes()
+
+    def _update_block_hashes(self) -> None:
+        hashes = self._hashes
+        if hashes is None:
+            super()._update_block_hashes()
+            return
+        # The hashes of every full block are known: take the ones that just filled.
+        step = self._hash_step
+        num_full = self._num_tokens // step
+        self.block_hashes.extend(hashes[len(self.block_hashes):num_full])
+        self._next_hash_at = (num_full + 1) * step

@@ -118,7 +118,8 @@ class Workload:
                       arrival_time=group.arrival, block_hasher=self.hasher,
                       final_output_len=group.output_len)
         req.append_output_token_ids(parent.req.output_token_ids)
-        out_ids = parent.out_ids[:parent.num_out] + own
+        done = parent.out_ids[:parent.num_out]
+        out_ids = (done.tolist() if isinstance(done, np.ndarray) else list(done)) + own
         return Seq(req, group, parent.sample, label, out_ids, parent.num_out)
 
     def _prefetch(self, first: int) -> None:
@@ -143,15 +144,13 @@ class Workload:
     def _new_seq(self, group: Group, sample: int, tokens: np.ndarray, num_prompt: int,
                  hashes: list[bytes] | None = None) -> Seq:
         label = group.request_id if sample == 0 else f"{group.request_id}/{sample}"
-        if self.table is not None:
-            if hashes is None:
-                self.table.register(label, tokens)
-            else:
-                self.table.register_hashes(label, hashes)
+        if self.table is not None and hashes is None:
+            hashes = self.table.hash_tokens(tokens)
         req = SimRequest(label, tokens, num_prompt, group.output_len,
                          arrival_time=group.arrival, block_hasher=self.hasher,
-                         final_output_len=group.output_len)
-        return Seq(req, group, sample, label, tokens[num_prompt:].tolist())
+                         final_output_len=group.output_len, block_hashes=hashes)
+        # The outputs stay a view of the array: a SimRequest only counts appended ids.
+        return Seq(req, group, sample, label, tokens[num_prompt:])
 
     def release(self, seq: Seq) -> None:
         """Forget a finished sequence's precomputed hashes."""

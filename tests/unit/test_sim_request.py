@@ -70,7 +70,24 @@ def test_prefetched_tokens_equal_the_trace_contract() -> None:
                                  trace.output_token_ids(i)[:group.output_len]])
         assert np.array_equal(seq.req.token_array, expect), i
         assert seq.req.num_prompt_tokens == group.prompt_len
-        assert seq.out_ids == expect[group.prompt_len:].tolist()
+        assert np.array_equal(seq.out_ids, expect[group.prompt_len:])
         table = workload.table.hash_tokens(expect)
-        seq.req.append_output_token_ids(seq.out_ids)
+        seq.req.append_output_token_ids(list(seq.out_ids))
         assert seq.req.block_hashes == table
+
+
+def test_precomputed_hashes_match_the_hasher() -> None:
+    """Given every block's hash in advance, a SimRequest's block_hashes grow exactly as the
+    hasher would grow them; a table of the wrong length is refused."""
+    hasher = FastBlockHasher(16)
+    tokens = np.random.default_rng(9).integers(0, 32000, 150).astype(np.int32)
+    table = hasher.hash_tokens(tokens)
+    with_table = SimRequest("t", tokens, 20, 130, block_hasher=hasher, block_hashes=table)
+    plain = SimRequest("t", tokens, 20, 130, block_hasher=hasher)
+    for step in [1, 11, 1, 16, 40, 3, 58]:
+        with_table.append_output_token_ids([0] * step)
+        plain.append_output_token_ids([0] * step)
+        assert with_table.block_hashes == plain.block_hashes
+    assert with_table.block_hashes == table
+    with pytest.raises(ValueError, match="block hashes for"):
+        SimRequest("t", tokens, 20, 130, block_hasher=hasher, block_hashes=table[:-1])
