@@ -125,7 +125,10 @@ def run_allocator(name: str, trace: Trace, config: SchedulerConfig, model: StepM
     env = simpy.Environment()
     env.process(arrivals(env, workload, sched, state))
     env.process(engine(env, sched, model, swap_time, log, sched.snapshot, state, len(trace)))
-    env.run()
+    try:
+        env.run()
+    finally:
+        workload.close()
     return finish_run(name, manager, sched, log, caching, time.perf_counter() - wall)
 
 

@@ -14,6 +14,7 @@ over its token array.
 """
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -60,6 +61,8 @@ class Workload:
         self.num_forks = 0
         self.derived = trace.derived_rows().tolist()
         self.ready: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
+        self.executor: ThreadPoolExecutor | None = None
+        self.pending: tuple[int, Future[dict[int, Any]]] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -122,10 +125,35 @@ class Workload:
         out_ids = (done.tolist() if isinstance(done, np.ndarray) else list(done)) + own
         return Seq(req, group, parent.sample, label, out_ids, parent.num_out)
 
-    def _prefetch(self, first: int) -> None:
-        """Derive (and hash) the tokens of the derived rows among the next PREFETCH rows."""
-        rows = [i for i in range(first, min(first + PREFETCH, len(self.ids)))
-                if self.derived[i] and i not in self.ready]
+    def _prefetch(self, index: int) -> None:
+        """Make row ``index``'s window of PREFETCH rows ready, and start on the next window.
+
+        Windows are fixed (``index // PREFETCH``), so the window prepared in the background is
+        the one the next call asks for whenever rows are admitted in order. The background
+        work is pure (tokens and hashes of given rows), so results never depend on timing.
+        """
+        window = index // PREFETCH
+        pending = self.pending
+        if pending is not None and pending[0] == window:
+            prepared = pending[1].result()
+        else:
+            prepared = self._prepare(window)
+        self.pending = None
+        self.ready.update(prepared)
+        if (window + 1) * PREFETCH < len(self.ids):
+            if self.executor is None:
+                self.executor = ThreadPoolExecutor(max_workers=1,
+                                                   thread_name_prefix="pagedsim-prefetch")
+            self.pending = (window + 1, self.executor.submit(self._prepare, window + 1))
+
+    def _prepare(self, window: int) -> dict[int, tuple[np.ndarray, list[bytes] | None]]:
+        """Tokens (and fast block hashes) of the derived rows of one window.
+
+        numpy releases the GIL on these large arrays, so a background call overlaps with the
+        simulation on a second core.
+        """
+        first = window * PREFETCH
+        rows = [i for i in range(first, min(first + PREFETCH, len(self.ids))) if self.derived[i]]
         limit = self.config.max_model_len
         lengths = []
         for i in rows:
@@ -133,13 +161,22 @@ class Workload:
             lengths.append(prompt + (wanted if prompt >= limit else min(wanted, limit - prompt)))
         tokens, offsets = derive_token_runs(self.seed, [str(self.ids[i]) for i in rows],
                                             lengths, self.trace.vocab_size)
+        prepared: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
         if self.table is not None:
             hashes, block_offsets = self.table.hash_runs(tokens, offsets)
         for k, i in enumerate(rows):
             run = tokens[offsets[k]:offsets[k + 1]]
             run_hashes = (hashes[block_offsets[k]:block_offsets[k + 1]]
                           if self.table is not None else None)
-            self.ready[i] = (run, run_hashes)
+            prepared[i] = (run, run_hashes)
+        return prepared
+
+    def close(self) -> None:
+        """Stop the background preparation (results are unaffected)."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+            self.executor = None
+        self.pending = None
 
     def _new_seq(self, group: Group, sample: int, tokens: np.ndarray, num_prompt: int,
                  hashes: list[bytes] | None = None) -> Seq:
