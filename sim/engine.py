@@ -2,7 +2,8 @@
 
 Arrivals replay the trace's times, putting each request in the scheduler's waiting queue and
 waking the engine if it sleeps. The engine loops: schedule a step, ``yield`` its predicted
-duration (step-time model plus any swap traffic over PCIe), apply the results, record the
+duration (step-time model plus any swap traffic over PCIe; a step without swaps adds none, so
+``swap_time(0)`` must be 0), apply the results, record the
 step with a memory snapshot. When nothing can run it sleeps until the next arrival. Both are
 short generators, SimPy's idiom; all the logic lives in the scheduler.
 """
@@ -70,7 +71,8 @@ def engine(env: simpy.Environment, sched: Any, model: StepModel, swap_time: Call
             continue
         stalled = None
         st = predict(model, plan)
-        swap_s = swap_time(plan.swap_out_blocks) + swap_time(plan.swap_in_blocks)
+        swap_s = (swap_time(plan.swap_out_blocks) + swap_time(plan.swap_in_blocks)
+                  if plan.swap_out_blocks or plan.swap_in_blocks else 0.0)
         duration = st.attention_s + st.linear_s + st.overhead_s + swap_s
         start = env.now
         for hook in state.on_plan:
