@@ -18,6 +18,7 @@ from allocator.hashing import (
     BlockHash,
     BlockHashListWithBlockSize,
     BlockHashWithGroupId,
+    group_id_suffix,
     make_block_hash_with_group_id,
 )
 
@@ -147,7 +148,7 @@ class BlockPool:
             )
         cache = self.cached_block_hash_to_block
         cache_dict = cache._cache
-        suffix = _group_suffix(kv_cache_group_id)
+        suffix = group_id_suffix(kv_cache_group_id)
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
             if block.is_null:
@@ -169,22 +170,8 @@ class BlockPool:
         queue = self.free_block_queue
         if num_blocks > queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
-        if num_blocks == 1:
-            # One block per decode step at a block boundary: skip the list-building loops.
-            block = queue.popleft()
-            block_hash = block._block_hash
-            if block_hash is not None and self.enable_caching:
-                self.num_cached_free_blocks -= 1
-                cache_dict = self.cached_block_hash_to_block._cache
-                if cache_dict.get(block_hash) is block:
-                    del cache_dict[block_hash]
-                    block._block_hash = None
-                else:
-                    self._maybe_evict_cached_block(block)
-            assert block.ref_cnt == 0
-            block.ref_cnt = 1
-            return [block]
-        ret = queue.popleft_n(num_blocks)
+        # One block (a decode step at a block boundary) skips popleft_n's list-building loop.
+        ret = [queue.popleft()] if num_blocks == 1 else queue.popleft_n(num_blocks)
         if self.enable_caching:
             cache_dict = self.cached_block_hash_to_block._cache
             num_evicted = 0
@@ -315,16 +302,6 @@ class BlockPool:
             for block in blocks:
                 _check(block.block_hash == key, f"block {block.block_id} cached under a wrong key")
                 _check(not block.is_null, "the null block is in the prefix cache")
-
-
-_GROUP_SUFFIXES = [group_id.to_bytes(4, "big", signed=False) for group_id in range(16)]
-
-
-def _group_suffix(kv_cache_group_id: int) -> bytes:
-    """The 4-byte group id that ends a prefix-cache key (precomputed for small ids)."""
-    if 0 <= kv_cache_group_id < len(_GROUP_SUFFIXES):
-        return _GROUP_SUFFIXES[kv_cache_group_id]
-    return kv_cache_group_id.to_bytes(4, "big", signed=False)
 
 
 def _check(condition: bool, message: str) -> None:

@@ -138,9 +138,20 @@ def hash_block_tokens(
     return hash_fn((parent_block_hash, tuple(curr_block_token_ids), extra_keys))
 
 
+_GROUP_ID_SUFFIXES = [group_id.to_bytes(4, "big", signed=False) for group_id in range(16)]
+
+
+def group_id_suffix(group_id: int) -> bytes:
+    """The group id as 4 big-endian unsigned bytes, the tail of a prefix-cache key
+    (precomputed for small ids: keys are built once per cached block and per lookup)."""
+    if 0 <= group_id < len(_GROUP_ID_SUFFIXES):
+        return _GROUP_ID_SUFFIXES[group_id]
+    return group_id.to_bytes(4, "big", signed=False)
+
+
 def make_block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> BlockHashWithGroupId:
     """Append the group id as 4 big-endian unsigned bytes to form the prefix-cache key."""
-    return block_hash + group_id.to_bytes(4, "big", signed=False)
+    return block_hash + group_id_suffix(group_id)
 
 
 def get_block_hash(key: BlockHashWithGroupId) -> BlockHash:

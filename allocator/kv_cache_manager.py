@@ -199,19 +199,11 @@ class KVCacheManager:
         if self.enable_caching and not delay_cache_blocks:
             # Cheap test first: capping at request.num_tokens can only lower the count.
             num_tokens_to_cache = total_computed + num_new_tokens
-            num_cached = self._num_cached_block.get(request_id, 0)
-            if num_tokens_to_cache // block_size > num_cached:
+            if num_tokens_to_cache // block_size > self._num_cached_block.get(request_id, 0):
                 num_tokens = request.num_tokens
                 if num_tokens_to_cache > num_tokens:  # noqa: PLR1730
                     num_tokens_to_cache = num_tokens
-                # SingleTypeKVCacheManager.cache_blocks, one call layer less.
-                num_full = num_tokens_to_cache // block_size
-                if num_full > num_cached:
-                    block_pool.cache_full_blocks(
-                        request, req_blocks, num_cached, num_full, block_size,
-                        self.single_type_manager.kv_cache_group_id,
-                    )
-                    self._num_cached_block[request_id] = num_full
+                self.single_type_manager.cache_blocks(request, num_tokens_to_cache)
         return self.empty_kv_cache_blocks if new_blocks is None else KVCacheBlocks((new_blocks,))
 
     def _allocate_slots_staged(

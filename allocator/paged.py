@@ -87,7 +87,7 @@ class PagedKVCacheManager(KVCacheManager):
         num_encoder_tokens: int = 0,
     ) -> KVCacheBlocks | None:
         """vLLM's ``allocate_slots``, with copy-on-write of shared blocks about to be written."""
-        self.swap_space.last_op = None  # end_run(), inlined: this runs once per block boundary
+        self.swap_space.end_run()
         if self.has_forked:
             shared = self._shared_blocks_to_write(request, num_new_tokens + num_lookahead_tokens)
             if shared and not self._copy_on_write(request, num_new_tokens, num_lookahead_tokens):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from allocator.block import KVCacheBlock
 from allocator.block_pool import BlockPool
-from allocator.hashing import BlockHash
+from allocator.hashing import BlockHash, group_id_suffix
 from allocator.kv_cache_spec import FullAttentionSpec, KVCacheSpec, SlidingWindowSpec
 from allocator.request import Request
 
@@ -237,7 +237,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         if len(kv_cache_group_ids) == 1:
             # One group: the same lookups as get_cached_block, without per-hash lists.
             get_one_block = block_pool.cached_block_hash_to_block.get_one_block
-            suffix = kv_cache_group_ids[0].to_bytes(4, "big", signed=False)
+            suffix = group_id_suffix(kv_cache_group_ids[0])
             computed_group = computed_blocks[0]
             for block_hash in block_hashes[:max_num_blocks]:
                 block = get_one_block(block_hash + suffix)

@@ -23,6 +23,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from allocator.block import KVCacheBlock
+from allocator.hashing import group_id_suffix
 from allocator.interface import CopyPlan, NoFreeBlocksError
 from allocator.request import Request
 
@@ -205,7 +206,7 @@ class SwapSpace:
         if not self.manager.enable_caching:
             return
         pool = self.manager.block_pool
-        suffix = (0).to_bytes(4, "big")
+        suffix = group_id_suffix(manager.kv_cache_group_id)
         for index in range(min(num_full, len(request.block_hashes))):
             block = blocks[index]
             if block.is_null or block.block_hash is not None:
