@@ -69,6 +69,26 @@ class Request:
         self.prompt_token_ids: list[int] = list(prompt_token_ids)
         if not self.prompt_token_ids:
             raise ValueError(f"request {request_id!r}: prompt_token_ids is empty")
+        self._output_token_ids: list[int] = []
+        self._all_token_ids: list[int] = list(self.prompt_token_ids)
+        self._init_state(max_tokens, arrival_time, lora_name, cache_salt, priority, block_hasher,
+                         final_output_len, skip_reading_prefix_cache)
+        if block_hasher is not None:
+            self._update_block_hashes()
+
+    def _init_state(
+        self,
+        max_tokens: int,
+        arrival_time: float,
+        lora_name: str | None,
+        cache_salt: str | None,
+        priority: int,
+        block_hasher: BlockHasher | None,
+        final_output_len: int | None,
+        skip_reading_prefix_cache: bool,
+    ) -> None:
+        """Everything but the token ids (shared with subclasses that hold tokens otherwise)."""
+        request_id = self.request_id
         if max_tokens < 1:
             raise ValueError(f"request {request_id!r}: max_tokens must be >= 1, got {max_tokens}")
         if final_output_len is not None and final_output_len < 0:
@@ -85,8 +105,6 @@ class Request:
         self.num_computed_tokens = 0
         self.num_cached_tokens = -1
         self.num_preemptions = 0
-        self._output_token_ids: list[int] = []
-        self._all_token_ids: list[int] = list(self.prompt_token_ids)
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
         # A hasher that publishes its block size is only called when a block fills up;
@@ -96,8 +114,6 @@ class Request:
             hash_block_size if isinstance(hash_block_size, int) and hash_block_size > 0 else 0
         )
         self._next_hash_at = sys.maxsize
-        if block_hasher is not None:
-            self._update_block_hashes()
 
     @property
     def num_tokens(self) -> int:

@@ -9,8 +9,6 @@ reads tokens), so a 20,000-request replay copies no token lists.
 """
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import numpy.typing as npt
 
@@ -48,29 +46,12 @@ class SimRequest(Request):
         if num_prompt < 1 or num_prompt > len(tokens):
             raise ValueError(f"request {request_id!r}: prompt length {num_prompt} outside "
                              f"1..{len(tokens)}")
-        if max_tokens < 1:
-            raise ValueError(f"request {request_id!r}: max_tokens must be >= 1, got {max_tokens}")
         self.request_id = request_id
         self._tokens = tokens
         self._num_prompt = num_prompt
         self._num_tokens = num_prompt
-        self.max_tokens = max_tokens
-        self.arrival_time = arrival_time
-        self.lora_name = None
-        self.cache_salt = None
-        self.priority = 0
-        self.final_output_len = final_output_len
-        self.skip_reading_prefix_cache = False
-        self.num_computed_tokens = 0
-        self.num_cached_tokens = -1
-        self.num_preemptions = 0
-        self.block_hashes = []
-        self._block_hasher = block_hasher
-        hash_block_size = getattr(block_hasher, "block_size", None)
-        self._hash_step = (
-            hash_block_size if isinstance(hash_block_size, int) and hash_block_size > 0 else 0
-        )
-        self._next_hash_at = sys.maxsize
+        self._init_state(max_tokens, arrival_time, None, None, 0, block_hasher, final_output_len,
+                         False)
         self._hashes = None
         if block_hasher is not None and block_hashes is not None and self._hash_step:
             if len(block_hashes) != len(tokens) // self._hash_step:
