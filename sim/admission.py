@@ -113,7 +113,6 @@ class Admission:
                 continue
             for seq in group.seqs:
                 self.manager.free(seq.req)
-                self.workload.release(seq)
             group.reject_reason = "unschedulable"
             self.reject(group)
 
@@ -249,7 +248,6 @@ class Admission:
             self.swapped.remove(group)
         for seq in group.seqs:
             self.manager.free(seq.req)
-            self.workload.release(seq)
             seq.status = REJECTED
         group.reject_reason = "exceeds_pool"
         self.reject(group)

@@ -9,9 +9,9 @@ block's hash is two 64-bit lanes of a chained polynomial over per-block mixed co
 
 so H_i identifies tokens 0 .. (i+1)*bs - 1, equal prefixes give equal hashes and unequal ones
 collide with probability about 2**-128: prefix-cache hits are the same as with sha256. All
-full blocks of a token array are hashed in a few numpy calls. When a sequence's whole token
-list is known in advance (trace prompt plus derived outputs), ``register`` hashes it once
-and later calls only slice the table.
+full blocks of a token array are hashed in a few numpy calls, and ``hash_runs`` hashes many
+sequences' token arrays in one pass (the simulator hashes each sequence's whole future token
+list in advance and hands the hashes to its ``SimRequest``).
 """
 from __future__ import annotations
 
@@ -72,12 +72,16 @@ class _Lanes:
             self.pow_inv = np.array(ri, dtype=np.uint64)
         return self.pow_r[1:count + 1], self.pow_inv[1:count + 1]
 
+    def content(self, blocks: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+        """c_i per lane for each row of ``blocks`` ([num_blocks, block_size]), shape [n, 2]."""
+        return _mix64(blocks @ self.weights + self.salt)
+
     def chain(self, blocks: npt.NDArray[np.uint64], parent: list[int]) -> npt.NDArray[np.uint64]:
         """H_i per lane for each row of ``blocks`` ([num_blocks, block_size]) after ``parent``.
 
         H_i = R^(i+1) * (parent + sum_{m<=i} R^-(m+1) * c_m), all mod 2**64.
         """
-        content = _mix64(blocks @ self.weights + self.salt)
+        content = self.content(blocks)
         pow_r, pow_inv = self.powers(len(content))
         acc = np.cumsum(content * pow_inv, axis=0, dtype=np.uint64)
         acc += np.array(parent, dtype=np.uint64)
@@ -91,14 +95,13 @@ class FastBlockHasher:
     ``Request`` calls it only when a block fills up.
     """
 
-    __slots__ = ("_lanes", "_table", "block_size")
+    __slots__ = ("_lanes", "block_size")
 
     def __init__(self, block_size: int) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
         self._lanes = _Lanes(block_size)
-        self._table: dict[str, list[bytes]] = {}
 
     def hash_tokens(self, token_ids: npt.ArrayLike, parent: bytes | None = None) -> list[bytes]:
         """Hashes of the full blocks of ``token_ids`` following the block hashed ``parent``."""
@@ -136,7 +139,7 @@ class FastBlockHasher:
         first = np.repeat(starts, counts) + local * bs
         blocks = tokens[first[:, None] + np.arange(bs)].astype(np.uint64)
         lanes = self._lanes
-        content = _mix64(blocks @ lanes.weights + lanes.salt)
+        content = lanes.content(blocks)
         pow_r, pow_inv = lanes.powers(int(counts.max()))
         # The chain of each run, as in _Lanes.chain, with a cumulative sum restarted per run.
         acc = np.cumsum(content * pow_inv[local], axis=0, dtype=np.uint64)
@@ -149,23 +152,12 @@ class FastBlockHasher:
         hashes: list[bytes] = (acc * pow_r[local]).view("V16").ravel().tolist()
         return hashes, block_offsets
 
-    def register(self, request_id: str, token_ids: npt.ArrayLike) -> None:
-        """Hash a sequence's whole future token list now; later calls slice this table."""
-        self._table[request_id] = self.hash_tokens(token_ids)
-
-    def forget(self, request_id: str) -> None:
-        """Drop a finished sequence's table (a no-op when none was registered)."""
-        self._table.pop(request_id, None)
-
     def __call__(self, request: Request) -> list[bytes]:
         done = request.block_hashes
         start = len(done)
         end = request.num_tokens // self.block_size
         if end <= start:
             return []
-        table = self._table.get(request.request_id)
-        if table is not None and len(table) >= end:
-            return table[start:end]
         bs = self.block_size
         array = getattr(request, "token_array", None)  # a SimRequest: no list to build
         tokens = (array if array is not None else request.all_token_ids)[start * bs: end * bs]

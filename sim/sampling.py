@@ -89,5 +89,4 @@ class Sampling:
         sched.leave_running(beam)
         sched.free_seq(beam)
         beam.status = FINISHED
-        sched.workload.release(beam)
         beam.group.num_live -= 1

@@ -146,7 +146,6 @@ class Scheduler(Preemption):
         self.leave_running(seq)
         self.free_seq(seq)
         seq.status = FINISHED
-        self.workload.release(seq)
         group = seq.group
         group.num_live -= 1
         if group.num_live == 0 and group.status == RUNNING:

@@ -40,15 +40,15 @@ class Workload:
     Args:
         trace: the requests, in arrival order.
         config: scheduler options (max_model_len, n, beam width, sampling mode, seed).
-        hasher: the block hasher for prefix caching (a ``FastBlockHasher`` also gets each
-            sequence's whole token list in advance), or None when caching is off.
+        hasher: the block hasher for prefix caching (with a ``FastBlockHasher`` each
+            sequence's whole token list is hashed in advance), or None when caching is off.
     """
 
     def __init__(self, trace: Trace, config: SchedulerConfig, hasher: Any) -> None:
         self.trace = trace
         self.config = config
         self.hasher = hasher
-        self.table = hasher if isinstance(hasher, FastBlockHasher) else None
+        self.fast_hasher = hasher if isinstance(hasher, FastBlockHasher) else None
         self.seed = trace.seed
         self.ids = trace.request_ids.tolist()
         self.arrivals = trace.arrival_s.tolist()
@@ -70,15 +70,20 @@ class Workload:
     def make_group(self, index: int) -> Group:
         """The group for trace row ``index``, with its output truncated or its rejection set."""
         prompt = self.prompt_lens[index]
-        wanted = self.output_lens[index]
-        limit = self.config.max_model_len
-        output = wanted if prompt >= limit else min(wanted, limit - prompt)
         line = self.lines[index] if self.lines is not None and self.lines[index] > 0 else None
-        group = Group(index, self.ids[index], self.arrivals[index], prompt, output, wanted,
-                      self.n[index], self.beam_width[index], line)
-        if prompt >= limit:
+        group = Group(index, self.ids[index], self.arrivals[index], prompt,
+                      self.output_len(index), self.output_lens[index], self.n[index],
+                      self.beam_width[index], line)
+        if prompt >= self.config.max_model_len:
             group.reject_reason = "prompt_too_long"
         return group
+
+    def output_len(self, index: int) -> int:
+        """Row ``index``'s output length after truncation to ``max_model_len`` (a prompt of
+        ``max_model_len`` or more keeps its length; that row is rejected)."""
+        prompt, wanted = self.prompt_lens[index], self.output_lens[index]
+        limit = self.config.max_model_len
+        return wanted if prompt >= limit else min(wanted, limit - prompt)
 
     def first_seqs(self, group: Group, split: bool) -> list[Seq]:
         """The sequences a group starts with: all of them when ``split`` (independent
@@ -154,20 +159,16 @@ class Workload:
         """
         first = window * PREFETCH
         rows = [i for i in range(first, min(first + PREFETCH, len(self.ids))) if self.derived[i]]
-        limit = self.config.max_model_len
-        lengths = []
-        for i in rows:
-            prompt, wanted = self.prompt_lens[i], self.output_lens[i]
-            lengths.append(prompt + (wanted if prompt >= limit else min(wanted, limit - prompt)))
+        lengths = [self.prompt_lens[i] + self.output_len(i) for i in rows]
         tokens, offsets = derive_token_runs(self.seed, [str(self.ids[i]) for i in rows],
                                             lengths, self.trace.vocab_size)
         prepared: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
-        if self.table is not None:
-            hashes, block_offsets = self.table.hash_runs(tokens, offsets)
+        if self.fast_hasher is not None:
+            hashes, block_offsets = self.fast_hasher.hash_runs(tokens, offsets)
         for k, i in enumerate(rows):
             run = tokens[offsets[k]:offsets[k + 1]]
             run_hashes = (hashes[block_offsets[k]:block_offsets[k + 1]]
-                          if self.table is not None else None)
+                          if self.fast_hasher is not None else None)
             prepared[i] = (run, run_hashes)
         return prepared
 
@@ -181,15 +182,10 @@ class Workload:
     def _new_seq(self, group: Group, sample: int, tokens: np.ndarray, num_prompt: int,
                  hashes: list[bytes] | None = None) -> Seq:
         label = group.request_id if sample == 0 else f"{group.request_id}/{sample}"
-        if self.table is not None and hashes is None:
-            hashes = self.table.hash_tokens(tokens)
+        if self.fast_hasher is not None and hashes is None:
+            hashes = self.fast_hasher.hash_tokens(tokens)
         req = SimRequest(label, tokens, num_prompt, group.output_len,
                          arrival_time=group.arrival, block_hasher=self.hasher,
                          final_output_len=group.output_len, block_hashes=hashes)
         # The outputs stay a view of the array: a SimRequest only counts appended ids.
         return Seq(req, group, sample, label, tokens[num_prompt:])
-
-    def release(self, seq: Seq) -> None:
-        """Forget a finished sequence's precomputed hashes."""
-        if self.table is not None:
-            self.table.forget(seq.label)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocator.request import Request
 from sim.block_hash import FastBlockHasher
 from tests.unit.simkit import make_trace, simulate
 from traces import add_system_prompt
@@ -28,18 +27,6 @@ def test_incremental_hashing_matches_whole_sequence() -> None:
     parts = hasher.hash_tokens(tokens[:48])
     parts += hasher.hash_tokens(tokens[48:], parts[-1])
     assert parts == hasher.hash_tokens(tokens)
-
-
-def test_request_hashes_from_table_equal_computed_ones() -> None:
-    """A registered table and the on-the-fly path give a Request the same block hashes."""
-    tokens = list(range(1000, 1090))
-    table, plain = FastBlockHasher(16), FastBlockHasher(16)
-    table.register("a", np.array(tokens))
-    a = Request("a", tokens[:40], 50, block_hasher=table)
-    b = Request("a", tokens[:40], 50, block_hasher=plain)
-    for req in (a, b):
-        req.append_output_token_ids(tokens[40:90])
-    assert a.block_hashes == b.block_hashes and len(a.block_hashes) == 5
 
 
 def test_fast_and_sha256_give_the_same_hits() -> None:

@@ -71,7 +71,7 @@ def test_prefetched_tokens_equal_the_trace_contract() -> None:
         assert np.array_equal(seq.req.token_array, expect), i
         assert seq.req.num_prompt_tokens == group.prompt_len
         assert np.array_equal(seq.out_ids, expect[group.prompt_len:])
-        table = workload.table.hash_tokens(expect)
+        table = workload.fast_hasher.hash_tokens(expect)
         seq.req.append_output_token_ids(list(seq.out_ids))
         assert seq.req.block_hashes == table
 
