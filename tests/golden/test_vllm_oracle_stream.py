@@ -9,14 +9,12 @@ The 1,024-block pool forces preemption (recompute) and prefix hits on re-admissi
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_allocator.py"
+from tests.benchkit import load_benchmark
 
 # (num_blocks, caching) -> (digest, token-steps, preemptions, hit tokens), recorded from vLLM.
 VLLM_0_14_0 = {
@@ -30,12 +28,7 @@ VLLM_0_14_0 = {
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_allocator", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_allocator"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_allocator")
 
 
 @pytest.fixture(scope="module")

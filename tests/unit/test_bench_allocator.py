@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_allocator.py"
+from tests.benchkit import BENCHMARKS, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_allocator", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_allocator"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_allocator")
 
 
 def test_synthetic_stream_fast_equals_staged(bench: ModuleType) -> None:
@@ -61,7 +55,7 @@ def test_bad_trace_row_exits(bench: ModuleType, tmp_path: Path) -> None:
 
 def test_every_manager_runs_the_stream_with_forks(bench: ModuleType) -> None:
     """Through the interface every manager finishes the stream; paged forks copy on write."""
-    sys.path.insert(0, str(BENCH.parent))
+    sys.path.insert(0, str(BENCHMARKS))
     from bench_managers import run_all
 
     bench.init_none_hash(bench.sha256)
