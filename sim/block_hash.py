@@ -88,6 +88,13 @@ class _Lanes:
         return acc * pow_r  # type: ignore[no-any-return]
 
 
+def as_hash_bytes(lanes: npt.NDArray[np.uint64]) -> list[bytes]:
+    """Block hashes as ``FastBlockHasher`` hands them out (16 bytes each) from their
+    [num_blocks, 2] uint64 lanes."""
+    hashes: list[bytes] = np.ascontiguousarray(lanes).view("V16").ravel().tolist()
+    return hashes
+
+
 class FastBlockHasher:
     """``hasher(request) -> list[bytes]``: the request's new full-block hashes (16 bytes each).
 
@@ -115,8 +122,7 @@ class FastBlockHasher:
             seed = self._lanes.seed
         else:
             seed = [int.from_bytes(parent[:8], "little"), int.from_bytes(parent[8:16], "little")]
-        hashes: list[bytes] = self._lanes.chain(blocks, seed).view("V16").ravel().tolist()
-        return hashes
+        return as_hash_bytes(self._lanes.chain(blocks, seed))
 
     def hash_runs(self, tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64]
                   ) -> tuple[list[bytes], npt.NDArray[np.int64]]:
@@ -126,6 +132,13 @@ class FastBlockHasher:
             (hashes, block_offsets): run r's block hashes are
             ``hashes[block_offsets[r]:block_offsets[r + 1]]``.
         """
+        lanes, block_offsets = self.hash_runs_array(tokens, offsets)
+        return as_hash_bytes(lanes), block_offsets
+
+    def hash_runs_array(self, tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64]
+                        ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        """:meth:`hash_runs` with the hashes as a [num_blocks, 2] uint64 array (both lanes;
+        :func:`as_hash_bytes` turns it into the hash list)."""
         bs = self.block_size
         starts = offsets[:-1]
         counts = (offsets[1:] - starts) // bs
@@ -133,7 +146,7 @@ class FastBlockHasher:
         np.cumsum(counts, out=block_offsets[1:])
         total = int(block_offsets[-1])
         if total == 0:
-            return [], block_offsets
+            return np.zeros((0, 2), dtype=np.uint64), block_offsets
         # Block b of run r starts at starts[r] + local(b) * bs; local(b) = b - block_offsets[r].
         local = np.arange(total, dtype=np.int64) - np.repeat(block_offsets[:-1], counts)
         first = np.repeat(starts, counts) + local * bs
@@ -149,8 +162,8 @@ class FastBlockHasher:
         before[nonempty] = np.where((head > 0)[:, None], acc[np.maximum(head - 1, 0)], 0)
         acc -= np.repeat(before, counts, axis=0)
         acc += np.array(lanes.seed, dtype=np.uint64)
-        hashes: list[bytes] = (acc * pow_r[local]).view("V16").ravel().tolist()
-        return hashes, block_offsets
+        acc *= pow_r[local]
+        return acc, block_offsets
 
     def __call__(self, request: Request) -> list[bytes]:
         done = request.block_hashes

@@ -18,7 +18,7 @@ Used only for the paged manager with full attention, recompute preemption and no
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from allocator.kv_cache_manager import KVCacheManager
 from allocator.paged import PagedKVCacheManager
@@ -30,6 +30,7 @@ from sim.tally import PagedTally
 if TYPE_CHECKING:
     from allocator.interface import KVManager
     from sim.options import SchedulerConfig
+    from sim.step_base import StepModel
     from sim.workload import Workload
 
 
@@ -57,6 +58,7 @@ class FastScheduler(Scheduler):
         if not isinstance(manager, PagedKVCacheManager) or manager.has_forked:
             raise ValueError("the fast path needs a paged manager that has not forked")
         self.decode_allocate = KVCacheManager.allocate_slots.__get__(manager)
+        self.free_queue = manager.block_pool.free_block_queue
 
     # ---- steady set ----------------------------------------------------------------------
 
@@ -153,7 +155,7 @@ class FastScheduler(Scheduler):
         plan.add(seq, n, c)
         return True
 
-    def _steady_call(self, seq: Seq, plan: StepPlan) -> bool:
+    def _steady_call(self, seq: Seq, plan: StepPlan | None) -> bool:
         """A steady sequence's one-token allocate_slots at its event, leaving it steady (the
         hot path, so after_allocate is inlined); on failure it wakes and takes the reference
         path, which preempts."""
@@ -166,6 +168,8 @@ class FastScheduler(Scheduler):
             req.append_output_token_ids(seq.out_ids[done:c + 1 - prompt])
         held = seq.held
         if self.decode_allocate(req, 1) is None:
+            if plan is None:
+                raise AssertionError(f"{seq.request_id}: a quiet step's call failed")
             self._wake(seq)
             return self._run_active(seq, plan)
         self.epoch += 1
@@ -195,6 +199,69 @@ class FastScheduler(Scheduler):
         else:
             bucket.append((seq, seq.gen))
         return True
+
+    # ---- quiet steps in one go -------------------------------------------------------------
+
+    def coast(self, now: float, horizon: float, model: StepModel,
+              steps: list[tuple[Any, ...]]) -> float | None:
+        """Run the *quiet* steps from ``now`` at once; when the last one ends (None: none ran).
+
+        A quiet step is one the reference loop would run with only steady sequences: no active
+        or waiting ones, no last token due and every due ``allocate_slots`` call sure to
+        succeed. Its batch is the steady set, so its time is the step model's for that set and
+        its calls, memory snapshot and row (appended to ``steps``) are exactly the reference
+        step's. Steps are taken while each ends before ``horizon`` (the next arrival, so the
+        waiting queue stays empty throughout) and at most at ``2 * now``: then ``now + (end -
+        now)`` is exactly ``end`` (Sterbenz), so the one timeout the engine yields lands on the
+        time that step-by-step timeouts would have reached.
+        """
+        n = self.num_steady
+        if (self.active or self.waiting or self.swapped or not n or self.record_log
+                or n > self.config.max_num_batched_tokens):
+            return None
+        last_end = 2 * now
+        num_running = len(self.running)
+        t = now
+        while True:
+            k = self.step_index
+            st = model.predict_split(n, self.steady_base + n * k, ())
+            duration = st.attention_s + st.linear_s + st.overhead_s + 0.0
+            end = t + duration
+            if end >= horizon or end > last_end:
+                break
+            bucket = self.buckets.get(k)
+            if bucket is not None:
+                due = self._quiet_calls(bucket, k)
+                if due is None:
+                    break
+                del self.buckets[k]
+                for seq in due:
+                    self._steady_call(seq, None)  # cannot fail: checked by _quiet_calls
+            self.step_index = k + 1
+            steps.append((k, t, duration, st.attention_s, st.linear_s, st.overhead_s, 0.0,
+                          num_running, self.num_running_groups, 0, 0, n, 0, n,
+                          *self.snapshot(), 0, 0, 0, 0, 0, 0))
+            t = end
+        return None if t == now else t
+
+    def _quiet_calls(self, bucket: list[tuple[Seq, int]], k: int) -> list[Seq] | None:
+        """Step ``k``'s due calls in running order, or None if the step is not quiet (a last
+        token is due, or the calls need more new blocks than are free)."""
+        due = []
+        need = 0
+        for seq, gen in bucket:
+            if not seq.steady or seq.gen != gen:
+                continue
+            c = seq.base + k
+            if c >= seq.num_prompt + seq.group.output_len - 2:
+                return None
+            if c >= seq.held:
+                need += 1
+            due.append(seq)
+        if need > self.free_queue.num_free_blocks:
+            return None
+        due.sort(key=_by_key)
+        return due
 
     def can_skip(self, seq: Seq, n: int) -> bool:
         return n == 1 and seq.req.num_computed_tokens < seq.call_at

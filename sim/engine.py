@@ -9,6 +9,7 @@ short generators, SimPy's idiom; all the logic lives in the scheduler.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,11 +28,14 @@ Snapshot = Callable[[], tuple[int, ...]]
 
 @dataclass(slots=True)
 class EngineState:
-    """What the two processes share: the wake-up event, the arrival count and step hooks
+    """What the two processes share: the wake-up event, the arrivals so far and step hooks
     (``on_plan`` before a step runs, ``on_step`` after it is applied)."""
 
     wake: simpy.Event | None = None
     num_arrived: int = 0
+    next_arrival: float = -math.inf
+    """The exact time of the next arrival event (inf after the last; -inf before the arrival
+    process has started)."""
     on_plan: list[Callable[[StepPlan, StepTime, float], None]] = field(default_factory=list)
     on_step: list[Callable[[StepPlan, StepTime, float], None]] = field(default_factory=list)
 
@@ -41,19 +45,30 @@ def arrivals(env: simpy.Environment, workload: Workload, sched: Admission,
     """Replay arrival times; each request joins the waiting queue at its time."""
     times = workload.arrivals
     for index, when in enumerate(times):
-        if when > env.now:
-            yield env.timeout(when - env.now)
+        now = env.now
+        if when > now:
+            delay = when - now
+            state.next_arrival = now + delay  # the time SimPy gives the timeout
+            yield env.timeout(delay)
         sched.add_group(workload.make_group(index))
         state.num_arrived = index + 1
         if state.wake is not None and not state.wake.triggered:
             state.wake.succeed()
+    state.next_arrival = math.inf
 
 
 def engine(env: simpy.Environment, sched: Any, model: StepModel, swap_time: Callable[[int], float],
            log: RunLog, snapshot: Snapshot, state: EngineState,
            total: int) -> Generator[simpy.Event, Any, None]:
-    """Schedule, run and apply steps until every request has left."""
+    """Schedule, run and apply steps until every request has left.
+
+    A scheduler with ``coast`` (the fast path) runs its quiet steps before the next arrival
+    in one go, under one timeout, when no hook watches individual steps.
+    """
     stalled: tuple[int, ...] | None = None
+    coast = getattr(sched, "coast", None)
+    if state.on_plan or state.on_step or model.decode_context_cap is not None:
+        coast = None
     while True:
         plan = sched.schedule(env.now)
         if plan is None:
@@ -82,6 +97,13 @@ def engine(env: simpy.Environment, sched: Any, model: StepModel, swap_time: Call
         record_step(log, sched, plan, st, start, duration, swap_s, snapshot())
         for hook in state.on_step:
             hook(plan, st, start)
+        if coast is not None:
+            now = env.now
+            end = coast(now, state.next_arrival, model, log.steps)
+            if end is not None:
+                yield env.timeout(end - now)
+                if env.now != end:
+                    raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
 
 
 def predict(model: StepModel, plan: StepPlan) -> StepTime:

@@ -112,13 +112,15 @@ def run_allocator(name: str, trace: Trace, config: SchedulerConfig, model: StepM
     if isinstance(manager, PagedKVCacheManager) and sliding_window is None:
         sched.can_ever_fit = paged_fit(config)
     log = RunLog(len(trace))
-    sched.on_finish = log.add_group
-    sched.on_reject = log.add_group
+    sched.on_finish = sched.on_reject = log.add_group
+    if progress is not None:
+        def leave(group: Group) -> None:
+            log.add_group(group)
+            progress(len(log.groups))
+        sched.on_finish = sched.on_reject = leave
     state = EngineState()
     if config.debug:
         state.on_step.append(lambda plan, st, start: check_step(manager, sched))
-    if progress is not None:
-        state.on_step.append(lambda plan, st, start: progress(len(log.groups)))
     if log_writer is not None:
         state.on_plan.append(lambda plan, st, start: log_writer.plan(sched, plan, st, start))
         state.on_step.append(lambda plan, st, start: log_writer.step(sched, plan, st, start))

@@ -14,17 +14,17 @@ over its token array.
 """
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from allocator.request import Request
-from sim.block_hash import FastBlockHasher
+from sim import prefetch
+from sim.block_hash import FastBlockHasher, as_hash_bytes
 from sim.sequence import Group, Seq
 from sim.sim_request import SimRequest
 from traces import derive_token_ids
-from traces.tokens import derive_token_runs
 
 PREFETCH = 256
 """Rows whose tokens (and fast block hashes) are derived together, ahead of admission."""
@@ -61,8 +61,7 @@ class Workload:
         self.num_forks = 0
         self.derived = trace.derived_rows().tolist()
         self.ready: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
-        self.executor: ThreadPoolExecutor | None = None
-        self.pending: tuple[int, Future[dict[int, Any]]] | None = None
+        self.pending: dict[int, Future[prefetch.Prepared]] = {}
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -131,53 +130,58 @@ class Workload:
         return Seq(req, group, parent.sample, label, out_ids, parent.num_out)
 
     def _prefetch(self, index: int) -> None:
-        """Make row ``index``'s window of PREFETCH rows ready, and start on the next window.
+        """Make row ``index``'s window of PREFETCH rows ready, and queue the next ones.
 
-        Windows are fixed (``index // PREFETCH``), so the window prepared in the background is
-        the one the next call asks for whenever rows are admitted in order. The background
-        work is pure (tokens and hashes of given rows), so results never depend on timing.
+        Windows are fixed (``index // PREFETCH``) and handed to the helper process
+        (``sim/prefetch.py``) ``LOOKAHEAD`` ahead of admission; one it has not delivered is
+        prepared here. The work is pure (tokens and hashes of given rows), so results never
+        depend on timing.
         """
         window = index // PREFETCH
-        pending = self.pending
-        if pending is not None and pending[0] == window:
-            prepared = pending[1].result()
-        else:
-            prepared = self._prepare(window)
-        self.pending = None
-        self.ready.update(prepared)
-        if (window + 1) * PREFETCH < len(self.ids):
-            if self.executor is None:
-                self.executor = ThreadPoolExecutor(max_workers=1,
-                                                   thread_name_prefix="pagedsim-prefetch")
-            self.pending = (window + 1, self.executor.submit(self._prepare, window + 1))
-
-    def _prepare(self, window: int) -> dict[int, tuple[np.ndarray, list[bytes] | None]]:
-        """Tokens (and fast block hashes) of the derived rows of one window.
-
-        numpy releases the GIL on these large arrays, so a background call overlaps with the
-        simulation on a second core.
-        """
-        first = window * PREFETCH
-        rows = [i for i in range(first, min(first + PREFETCH, len(self.ids))) if self.derived[i]]
-        lengths = [self.prompt_lens[i] + self.output_len(i) for i in rows]
-        tokens, offsets = derive_token_runs(self.seed, [str(self.ids[i]) for i in rows],
-                                            lengths, self.trace.vocab_size)
-        prepared: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
-        if self.fast_hasher is not None:
-            hashes, block_offsets = self.fast_hasher.hash_runs(tokens, offsets)
+        for stale in [w for w in self.pending if w < window]:
+            self.pending.pop(stale).cancel()
+        future = self.pending.pop(window, None)
+        prepared = prefetch.result_or_none(future) if future is not None else None
+        if prepared is None:
+            prepared = prefetch.prepare_rows(*self._window_args(window))
+        rows = self._window_rows(window)
+        hashes = as_hash_bytes(prepared.hashes) if prepared.hashes is not None else None
+        tokens, offsets, block_offsets = prepared.tokens, prepared.offsets, prepared.block_offsets
         for k, i in enumerate(rows):
-            run = tokens[offsets[k]:offsets[k + 1]]
             run_hashes = (hashes[block_offsets[k]:block_offsets[k + 1]]
-                          if self.fast_hasher is not None else None)
-            prepared[i] = (run, run_hashes)
-        return prepared
+                          if hashes is not None and block_offsets is not None else None)
+            self.ready[i] = (tokens[offsets[k]:offsets[k + 1]], run_hashes)
+        last = (len(self.ids) - 1) // PREFETCH
+        if last == 0:
+            return
+        pool = prefetch.helper_pool()
+        if pool is None:
+            return
+        for ahead in range(window + 1, min(window + prefetch.LOOKAHEAD, last) + 1):
+            if ahead not in self.pending:
+                try:
+                    self.pending[ahead] = pool.submit(prefetch.prepare_rows,
+                                                      *self._window_args(ahead))
+                except RuntimeError:  # the pool broke or was shut down
+                    prefetch.pool_broken()
+                    return
+
+    def _window_rows(self, window: int) -> list[int]:
+        first = window * PREFETCH
+        return [i for i in range(first, min(first + PREFETCH, len(self.ids))) if self.derived[i]]
+
+    def _window_args(self, window: int) -> tuple[int, list[str], list[int], int, int | None]:
+        """``prefetch.prepare_rows``'s arguments for the derived rows of one window."""
+        rows = self._window_rows(window)
+        return (self.seed, [str(self.ids[i]) for i in rows],
+                [self.prompt_lens[i] + self.output_len(i) for i in rows], self.trace.vocab_size,
+                self.fast_hasher.block_size if self.fast_hasher is not None else None)
 
     def close(self) -> None:
-        """Stop the background preparation (results are unaffected)."""
-        if self.executor is not None:
-            self.executor.shutdown(wait=True, cancel_futures=True)
-            self.executor = None
-        self.pending = None
+        """Drop the windows still queued in the helper (results are unaffected)."""
+        for future in self.pending.values():
+            future.cancel()
+        self.pending.clear()
 
     def _new_seq(self, group: Group, sample: int, tokens: np.ndarray, num_prompt: int,
                  hashes: list[bytes] | None = None) -> Seq:
