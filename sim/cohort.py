@@ -163,9 +163,14 @@ class FastScheduler(Scheduler):
         req = seq.req
         req.num_computed_tokens = c
         prompt = seq.num_prompt
-        done = req.num_output_tokens
-        if done <= c - prompt:
-            req.append_output_token_ids(seq.out_ids[done:c + 1 - prompt])
+        bs = self.block_size
+        # The request's outputs are written back only when this call fills a block, the one
+        # case where allocate_slots reads them (to cache the block under its hash); otherwise
+        # it reads only num_computed_tokens. Every other path flushes before reading.
+        if (c + 1) % bs == 0:
+            done = req.num_output_tokens
+            if done <= c - prompt:
+                req.append_output_token_ids(seq.out_ids[done:c + 1 - prompt])
         held = seq.held
         if self.decode_allocate(req, 1) is None:
             if plan is None:
@@ -173,7 +178,6 @@ class FastScheduler(Scheduler):
             self._wake(seq)
             return self._run_active(seq, plan)
         self.epoch += 1
-        bs = self.block_size
         output_len = seq.group.output_len
         # Comparisons rather than min(): this runs at every block boundary of every sequence.
         if c >= held:
