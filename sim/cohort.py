@@ -224,7 +224,9 @@ class FastScheduler(Scheduler):
                 or n > self.config.max_num_batched_tokens):
             return None
         last_end = 2 * now
-        num_running = len(self.running)
+        num_running, num_groups = len(self.running), self.num_running_groups
+        snapshot = self.tally.snapshot
+        computed = self.active_computed + self.steady_base  # + n * (steps done so far)
         t = now
         while True:
             k = self.step_index
@@ -243,8 +245,8 @@ class FastScheduler(Scheduler):
                     self._steady_call(seq, None)  # cannot fail: checked by _quiet_calls
             self.step_index = k + 1
             steps.append((k, t, duration, st.attention_s, st.linear_s, st.overhead_s, 0.0,
-                          num_running, self.num_running_groups, 0, 0, n, 0, n,
-                          *self.snapshot(), 0, 0, 0, 0, 0, 0))
+                          num_running, num_groups, 0, 0, n, 0, n,
+                          *snapshot(computed + n * (k + 1)), 0, 0, 0, 0, 0, 0))
             t = end
         return None if t == now else t
 
