@@ -18,10 +18,12 @@ Used only for the paged manager with full attention, recompute preemption and no
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from allocator.kv_cache_manager import KVCacheManager
 from allocator.paged import PagedKVCacheManager
+from sim.engine import record_step
+from sim.metrics import STEP_COLUMNS, RunLog
 from sim.plan import StepPlan
 from sim.scheduler import Scheduler
 from sim.sequence import RUNNING, Seq
@@ -30,8 +32,11 @@ from sim.tally import PagedTally
 if TYPE_CHECKING:
     from allocator.interface import KVManager
     from sim.options import SchedulerConfig
-    from sim.step_base import StepModel
+    from sim.step_base import StepModel, StepTime
     from sim.workload import Workload
+
+
+_WAITING = STEP_COLUMNS.index("num_waiting")
 
 
 def _by_key(seq: Seq) -> int:
@@ -59,6 +64,9 @@ class FastScheduler(Scheduler):
             raise ValueError("the fast path needs a paged manager that has not forked")
         self.decode_allocate = KVCacheManager.allocate_slots.__get__(manager)
         self.free_queue = manager.block_pool.free_block_queue
+        self.num_coasted = 0
+        """Steps run by :meth:`coast` (of them ``num_coasted_finishing`` with finishes)."""
+        self.num_coasted_finishing = 0
 
     # ---- steady set ----------------------------------------------------------------------
 
@@ -206,68 +214,118 @@ class FastScheduler(Scheduler):
 
     # ---- quiet steps in one go -------------------------------------------------------------
 
-    def coast(self, now: float, horizon: float, model: StepModel,
-              steps: list[tuple[Any, ...]]) -> float | None:
+    def coast(self, now: float, horizon: float, model: StepModel, log: RunLog) -> float | None:
         """Run the *quiet* steps from ``now`` at once; when the last one ends (None: none ran).
 
-        A quiet step is one the reference loop would run with only steady sequences: no active
-        or waiting ones, no last token due and every due ``allocate_slots`` call sure to
-        succeed. Its batch is the steady set, so its time is the step model's for that set and
-        its calls, memory snapshot and row (appended to ``steps``) are exactly the reference
-        step's. Steps are taken while each ends before ``horizon`` (the next arrival, so the
-        waiting queue stays empty throughout) and at most at ``2 * now``: then ``now + (end -
-        now)`` is exactly ``end`` (Sterbenz), so the one timeout the engine yields lands on the
-        time that step-by-step timeouts would have reached.
+        A quiet step is one the reference loop would run with only steady sequences and no
+        waiting ones, every due ``allocate_slots`` call sure to succeed, and any sequence
+        whose last token is due needing no call (it then finishes at the step's end). Its
+        batch is the steady set, so its time is the step model's for that set, and its calls,
+        frees, memory snapshot and row (appended to ``log.steps``) are exactly the reference
+        step's. Steps are taken up to the first that ends after ``horizon`` (the next
+        arrival: the waiting queue stays empty while they are planned, and the arrival comes
+        before the engine resumes, as it would step by step; a step ending exactly at it stops
+        coasting, since their order would then depend on event ids) and none ends after ``2 *
+        now``: then ``now + (end - now)`` is exactly ``end`` (Sterbenz), so the one timeout
+        the engine yields lands on the time that step-by-step timeouts would have reached.
         """
         n = self.num_steady
         if (self.active or self.waiting or self.swapped or not n or self.record_log
                 or n > self.config.max_num_batched_tokens):
             return None
         last_end = 2 * now
-        num_running, num_groups = len(self.running), self.num_running_groups
+        steps = log.steps
         snapshot = self.tally.snapshot
-        computed = self.active_computed + self.steady_base  # + n * (steps done so far)
+        first = self.step_index
         t = now
-        while True:
+        while n:
             k = self.step_index
             st = model.predict_split(n, self.steady_base + n * k, ())
             duration = st.attention_s + st.linear_s + st.overhead_s + 0.0
             end = t + duration
-            if end >= horizon or end > last_end:
+            if end > last_end or end == horizon:
                 break
             bucket = self.buckets.get(k)
-            if bucket is not None:
-                due = self._quiet_calls(bucket, k)
-                if due is None:
+            if bucket is None:
+                self.step_index = k + 1
+            else:
+                quiet = self._quiet_calls(bucket, k)
+                if quiet is None:
                     break
                 del self.buckets[k]
-                for seq in due:
+                if quiet[1]:
+                    self._finishing_step(quiet[0], quiet[1], st, t, duration, log)
+                    n = self.num_steady
+                    t = end
+                    if end > horizon:
+                        break
+                    continue
+                for seq in quiet[0]:
                     self._steady_call(seq, None)  # cannot fail: checked by _quiet_calls
-            self.step_index = k + 1
+                self.step_index = k + 1
             steps.append((k, t, duration, st.attention_s, st.linear_s, st.overhead_s, 0.0,
-                          num_running, num_groups, 0, 0, n, 0, n,
-                          *snapshot(computed + n * (k + 1)), 0, 0, 0, 0, 0, 0))
+                          len(self.running), self.num_running_groups, 0, 0, n, 0, n,
+                          *snapshot(self.active_computed + self.steady_base + n * (k + 1)),
+                          0, 0, 0, 0, 0, 0))
             t = end
-        return None if t == now else t
+            if end > horizon:
+                break
+        if t == now:
+            return None
+        self.num_coasted += self.step_index - first
+        return t
 
-    def _quiet_calls(self, bucket: list[tuple[Seq, int]], k: int) -> list[Seq] | None:
-        """Step ``k``'s due calls in running order, or None if the step is not quiet (a last
-        token is due, or the calls need more new blocks than are free)."""
+    def after_coast(self, log: RunLog) -> None:
+        """Once the engine has resumed at the end of the coasted steps: the last step's row
+        counts the requests that arrived during it, as a row taken step by step would."""
+        row = log.steps[-1]
+        log.steps[-1] = (*row[:_WAITING], self.num_waiting(), *row[_WAITING + 1:])
+
+    def _finishing_step(self, due: list[Seq], finishing: list[Seq], st: StepTime,
+                        start: float, duration: float, log: RunLog) -> None:
+        """A quiet step in which the ``finishing`` sequences compute their last token: they
+        wake and are planned as the reference loop plans them (no call), the due calls run in
+        running order, and the reference ``apply`` and row close the step."""
+        k = self.step_index
+        self.num_coasted_finishing += 1
+        for seq in finishing:
+            self._wake(seq)
+        plan = StepPlan(self.config.max_num_batched_tokens)
+        for seq in sorted(due + finishing, key=_by_key):
+            if seq.steady:
+                self._steady_call(seq, None)  # cannot fail: checked by _quiet_calls
+            else:
+                plan.add(seq, 1, seq.req.num_computed_tokens)
+        plan.num_steady = self.num_steady
+        plan.steady_context = self.steady_base + self.num_steady * k
+        plan.budget -= self.num_steady
+        self.apply(plan, start + duration, start)
+        record_step(log, self, plan, st, start, duration, 0.0, self.snapshot())
+
+    def _quiet_calls(self, bucket: list[tuple[Seq, int]], k: int
+                     ) -> tuple[list[Seq], list[Seq]] | None:
+        """Step ``k``'s due calls in running order and the sequences finishing in it, or None
+        if the step is not quiet (a last token due with a call, or the calls need more new
+        blocks than are free)."""
         due = []
+        finishing = []
         need = 0
         for seq, gen in bucket:
             if not seq.steady or seq.gen != gen:
                 continue
             c = seq.base + k
             if c >= seq.num_prompt + seq.group.output_len - 2:
-                return None
+                if c >= seq.call_at:
+                    return None
+                finishing.append(seq)
+                continue
             if c >= seq.held:
                 need += 1
             due.append(seq)
         if need > self.free_queue.num_free_blocks:
             return None
         due.sort(key=_by_key)
-        return due
+        return due, finishing
 
     def can_skip(self, seq: Seq, n: int) -> bool:
         return n == 1 and seq.req.num_computed_tokens < seq.call_at

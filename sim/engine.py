@@ -99,11 +99,12 @@ def engine(env: simpy.Environment, sched: Any, model: StepModel, swap_time: Call
             hook(plan, st, start)
         if coast is not None:
             now = env.now
-            end = coast(now, state.next_arrival, model, log.steps)
+            end = coast(now, state.next_arrival, model, log)
             if end is not None:
                 yield env.timeout(end - now)
                 if env.now != end:
                     raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
+                sched.after_coast(log)
 
 
 def predict(model: StepModel, plan: StepPlan) -> StepTime:

@@ -180,5 +180,7 @@ def finish_run(name: str, manager: Any, sched: Scheduler, log: RunLog, caching: 
         "num_swap_fallbacks": sched.num_swap_fallbacks,
         "num_fork_copied_slots": getattr(manager, "num_fork_copied_slots", 0),
         "fast_path": isinstance(sched, FastScheduler),
+        "num_coasted_steps": getattr(sched, "num_coasted", 0),
+        "num_coasted_finishing_steps": getattr(sched, "num_coasted_finishing", 0),
     }
     return RunResult(name, log, summary, counters, isinstance(sched, FastScheduler))

@@ -112,5 +112,10 @@ class SimRequest(Request):
         # The hashes of every full block are known: take the ones that just filled.
         step = self._hash_step
         num_full = self._num_tokens // step
-        self.block_hashes.extend(hashes[len(self.block_hashes):num_full])
+        done = self.block_hashes
+        have = len(done)
+        if num_full == have + 1:  # the usual case: one block just filled
+            done.append(hashes[have])
+        else:
+            done.extend(hashes[have:num_full])
         self._next_hash_at = (num_full + 1) * step

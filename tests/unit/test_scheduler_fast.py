@@ -45,10 +45,25 @@ def test_fast_path_is_byte_identical(options: dict[str, Any]) -> None:
 
 
 def test_fast_path_exercised_preemption_and_hits() -> None:
-    """The preempting case really preempts and hits the cache (so the test means something)."""
+    """The preempting case really preempts, hits the cache and coasts through quiet steps,
+    some with finishes (so the test means something)."""
     result = _run(True, limit(default_workload(seed=3), 50), num_gpu_blocks=150)
     assert result.summary["num_preemptions"] > 0
     assert result.summary["prefix_hit_rate"] > 0
+    assert result.counters["num_coasted_steps"] > 0
+    assert result.counters["num_coasted_finishing_steps"] > 0
+
+
+@pytest.mark.parametrize("num_gpu_blocks", [400, 1500])
+def test_coasting_is_byte_identical(num_gpu_blocks: int) -> None:
+    """300 requests over a tight pool (preempting) and a roomier one (most steps coasted,
+    many with finishes): every output equals the reference loop's."""
+    trace = limit(default_workload(seed=8), 300)
+    fast = _run(True, trace, num_gpu_blocks=num_gpu_blocks)
+    _same(fast, _run(False, trace, num_gpu_blocks=num_gpu_blocks))
+    assert fast.summary["num_preemptions"] > 0
+    assert fast.counters["num_coasted_steps"] > fast.counters["num_steps"] / 10
+    assert fast.counters["num_coasted_finishing_steps"] > 0
 
 
 def test_debug_checks_fast_snapshot_every_step() -> None:
