@@ -88,7 +88,7 @@ class FastScheduler(Scheduler):
         c = seq.req.num_computed_tokens
         if seq.status != RUNNING or c != seq.num_tokens - 1 or seq.num_out == 0:
             return
-        last = seq.num_prompt + seq.group.output_len - 2
+        last = seq.last_c
         event = min(seq.call_at, last)
         if event <= c:
             return
@@ -135,7 +135,7 @@ class FastScheduler(Scheduler):
         for seq, gen in self.buckets.pop(k, ()):
             if not seq.steady or seq.gen != gen:
                 continue
-            if seq.base + k >= seq.num_prompt + seq.group.output_len - 2:
+            if seq.base + k >= seq.last_c:
                 self._wake(seq)
             else:
                 due.append(seq)
@@ -167,16 +167,17 @@ class FastScheduler(Scheduler):
         """A steady sequence's one-token allocate_slots at its event, leaving it steady (the
         hot path, so after_allocate is inlined); on failure it wakes and takes the reference
         path, which preempts."""
-        c = seq.base + self.step_index
+        base = seq.base
+        c = base + self.step_index
         req = seq.req
         req.num_computed_tokens = c
-        prompt = seq.num_prompt
         bs = self.block_size
         # The request's outputs are written back only when this call fills a block, the one
         # case where allocate_slots reads them (to cache the block under its hash); otherwise
         # it reads only num_computed_tokens. Every other path flushes before reading.
         if (c + 1) % bs == 0:
             done = req.num_output_tokens
+            prompt = seq.num_prompt
             if done <= c - prompt:
                 req.append_output_token_ids(seq.out_ids[done:c + 1 - prompt])
         held = seq.held
@@ -186,10 +187,10 @@ class FastScheduler(Scheduler):
             self._wake(seq)
             return self._run_active(seq, plan)
         self.epoch += 1
-        output_len = seq.group.output_len
+        last = seq.last_c
         # Comparisons rather than min(): this runs at every block boundary of every sequence.
         if c >= held:
-            final = prompt + output_len - 1
+            final = last + 1
             new_held = (c // bs + 1) * bs
             tally = self.tally
             tally.held_slots += new_held - held
@@ -202,9 +203,7 @@ class FastScheduler(Scheduler):
             if fill_at < held:
                 call_at = fill_at
         seq.call_at = call_at
-        last = prompt + output_len - 2
-        event = last if last < call_at else call_at  # noqa: FURB136
-        key = event - seq.base
+        key = (last if last < call_at else call_at) - base  # noqa: FURB136
         bucket = self.buckets.get(key)
         if bucket is None:
             self.buckets[key] = [(seq, seq.gen)]
@@ -314,7 +313,7 @@ class FastScheduler(Scheduler):
             if not seq.steady or seq.gen != gen:
                 continue
             c = seq.base + k
-            if c >= seq.num_prompt + seq.group.output_len - 2:
+            if c >= seq.last_c:
                 if c >= seq.call_at:
                     return None
                 finishing.append(seq)
@@ -375,7 +374,7 @@ class FastScheduler(Scheduler):
         for seq in self.running.values():
             if seq.steady:
                 c = seq.base + self.step_index
-                event = min(seq.call_at, seq.num_prompt + seq.group.output_len - 2)
+                event = min(seq.call_at, seq.last_c)
                 if c > event:
                     raise AssertionError(f"{seq.request_id}: steady at {c} past its event {event}")
                 seq.req.num_computed_tokens = c

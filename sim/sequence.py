@@ -98,12 +98,12 @@ class Seq:
     __slots__ = (
         "base",
         "call_at",
-        "event_c",
         "gen",
         "group",
         "held",
         "key",
         "label",
+        "last_c",
         "num_out",
         "num_prompt",
         "out_ids",
@@ -130,7 +130,8 @@ class Seq:
         self.gen = 0
         self.held = 0
         self.call_at = -1
-        self.event_c = -1
+        self.last_c = self.num_prompt + group.output_len - 2
+        """The computed count at which the last token is computed (one before its end)."""
         self.pending_fork = False
 
     @property
