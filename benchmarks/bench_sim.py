@@ -6,7 +6,12 @@ and prints simulated requests per second of wall time and of process CPU time (C
 less disturbed by other jobs on a shared machine). Target: >= 2,000 req/s at rate 1, and no
 more than 2x slower per request at rate 4. Figures go in benchmarks/RESULTS.md ("Simulator").
 
+A shared VM's speed can drift by 1.5x within minutes, so each run is bracketed by a probe: the
+seconds a fixed pure-Python loop takes (lower is a faster machine at that moment); compare
+runs only at similar probe values, or alternate the builds being compared.
+
     PYTHONPATH=. python benchmarks/bench_sim.py [--trace PATH] [--scales 1,4] [--limit N]
+                                                [--repeat N]
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ def main() -> None:
     parser.add_argument("--scales", default="1,4")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--allocator", default="paged")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per scale")
     args = parser.parse_args()
     model, gpu = get_model("llama-2-7b"), get_gpu("a100-80gb")
     capacity = plan_kv_capacity(model, gpu, swap_space_gib=4.0)
@@ -44,8 +50,10 @@ def main() -> None:
         base = limit(base, args.limit)
     print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, "
           f"{len(base)} requests, {capacity.num_gpu_blocks} blocks")
-    for scale in (float(s) for s in args.scales.split(",")):
+    runs = [float(s) for s in args.scales.split(",")] * args.repeat
+    for scale in runs:
         trace = scale_rate(base, scale) if scale != 1 else base
+        before = probe()
         config = SchedulerConfig(num_gpu_blocks=capacity.num_gpu_blocks,
                                  num_cpu_blocks=capacity.num_cpu_blocks)
         wall, cpu = time.perf_counter(), time.process_time()
@@ -56,7 +64,16 @@ def main() -> None:
               f"{cpu:.1f} s CPU ({len(trace) / cpu:.0f} req/s); {result.counters['num_steps']} "
               f"steps, batch {s['mean_batch_size']:.1f}, preemptions {s['num_preemptions']}, "
               f"finished {s['num_finished']}, rejected {s['num_rejected']}, "
-              f"fast path {result.fast}")
+              f"fast path {result.fast}; probe {before:.2f} / {probe():.2f} s", flush=True)
+
+
+def probe() -> float:
+    """Seconds for a fixed pure-Python loop: the machine's speed at this moment."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return time.perf_counter() - start
 
 
 if __name__ == "__main__":
