@@ -14,7 +14,6 @@ over its token array.
 """
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -61,7 +60,8 @@ class Workload:
         self.num_forks = 0
         self.derived = trace.derived_rows().tolist()
         self.ready: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
-        self.pending: dict[int, Future[prefetch.Prepared]] = {}
+        self.pending: dict[int, int] = {}
+        """Window -> the helper's job id for it."""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -138,10 +138,13 @@ class Workload:
         depend on timing.
         """
         window = index // PREFETCH
-        for stale in [w for w in self.pending if w < window]:
-            self.pending.pop(stale).cancel()
-        future = self.pending.pop(window, None)
-        prepared = prefetch.result_or_none(future) if future is not None else None
+        last = (len(self.ids) - 1) // PREFETCH
+        helper = prefetch.helper() if last > 0 else None
+        stale = [self.pending.pop(w) for w in list(self.pending) if w < window]
+        if stale and helper is not None:
+            helper.drop(stale)
+        job = self.pending.pop(window, None)
+        prepared = helper.take(job) if helper is not None and job is not None else None
         if prepared is None:
             prepared = prefetch.prepare_rows(*self._window_args(window))
         rows = self._window_rows(window)
@@ -151,20 +154,14 @@ class Workload:
             run_hashes = (hashes[block_offsets[k]:block_offsets[k + 1]]
                           if hashes is not None and block_offsets is not None else None)
             self.ready[i] = (tokens[offsets[k]:offsets[k + 1]], run_hashes)
-        last = (len(self.ids) - 1) // PREFETCH
-        if last == 0:
-            return
-        pool = prefetch.helper_pool()
-        if pool is None:
+        if helper is None:
             return
         for ahead in range(window + 1, min(window + prefetch.LOOKAHEAD, last) + 1):
             if ahead not in self.pending:
-                try:
-                    self.pending[ahead] = pool.submit(prefetch.prepare_rows,
-                                                      *self._window_args(ahead))
-                except RuntimeError:  # the pool broke or was shut down
-                    prefetch.pool_broken()
+                job = helper.submit(self._window_args(ahead))
+                if job is None:
                     return
+                self.pending[ahead] = job
 
     def _window_rows(self, window: int) -> list[int]:
         first = window * PREFETCH
@@ -179,8 +176,9 @@ class Workload:
 
     def close(self) -> None:
         """Drop the windows still queued in the helper (results are unaffected)."""
-        for future in self.pending.values():
-            future.cancel()
+        helper = prefetch.helper() if self.pending else None
+        if helper is not None:
+            helper.drop(list(self.pending.values()))
         self.pending.clear()
 
     def _new_seq(self, group: Group, sample: int, tokens: np.ndarray, num_prompt: int,

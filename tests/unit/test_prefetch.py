@@ -1,6 +1,13 @@
 """The helper process prepares exactly what preparing in place gives (sim/prefetch.py)."""
 from __future__ import annotations
 
+import io
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,15 +18,22 @@ from sim.options import SchedulerConfig
 from sim.workload import Workload
 from tests.unit.simkit import make_trace
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_helper_process_result_equals_in_place() -> None:
-    """A window computed in the spawned helper arrives intact: same tokens and hashes."""
-    pool = prefetch.helper_pool()
-    if pool is None:
-        pytest.skip("this machine cannot start a helper process")
+    """A window computed in the helper process arrives intact: same tokens and hashes."""
+    helper = prefetch.helper()
+    if helper is None:
+        pytest.skip("this machine runs no helper process (one core or PAGEDSIM_HELPER=0)")
     args = (7, ["a", "b", "req-3"], [40, 0, 77], 32000, 16)
-    remote = pool.submit(prefetch.prepare_rows, *args).result(timeout=120)
+    job = helper.submit(args)
+    assert job is not None
+    with helper.ready:  # wait for this job even if the helper is still starting up
+        assert helper.ready.wait_for(lambda: job in helper.results, timeout=120)
+    remote = helper.take(job)
     local = prefetch.prepare_rows(*args)
+    assert remote is not None and local.hashes is not None
     assert np.array_equal(remote.tokens, local.tokens)
     assert np.array_equal(remote.offsets, local.offsets)
     assert np.array_equal(remote.block_offsets, local.block_offsets)
@@ -27,6 +41,41 @@ def test_helper_process_result_equals_in_place() -> None:
     hasher = FastBlockHasher(16)
     run = local.tokens[local.offsets[2]:local.offsets[3]]
     assert as_hash_bytes(local.hashes)[local.block_offsets[2]:] == hasher.hash_tokens(run)
+
+
+def test_serve_answers_jobs_in_order() -> None:
+    """The helper's loop, in process: one answer per job, None for a job that raises."""
+    jobs, answers = io.BytesIO(), io.BytesIO()
+    good = (3, ["x"], [33], 100, 16)
+    for job in [(0, good), (1, (3, ["x"], [-1], 100, 16))]:
+        pickle.dump(job, jobs)
+    jobs.seek(0)
+    prefetch.serve(jobs, answers)
+    answers.seek(0)
+    (first, result), (second, failed) = pickle.load(answers), pickle.load(answers)
+    assert (first, second, failed) == (0, 1, None)
+    assert np.array_equal(result.tokens, prefetch.prepare_rows(*good).tokens)
+
+
+def test_an_unguarded_script_runs_once(tmp_path: Path) -> None:
+    """A caller's script without ``if __name__ == "__main__"`` is not run again by the
+    helper (multiprocessing's spawn would import it in the child)."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        "print('top level', file=sys.stderr)\n"
+        "from sim.options import SchedulerConfig\n"
+        "from sim.run import run_allocator\n"
+        "from tests.unit.simkit import FixedStep, make_trace\n"
+        "trace = make_trace([(0.01 * i, 40, 8) for i in range(700)])\n"
+        "r = run_allocator('paged', trace, SchedulerConfig(num_gpu_blocks=400), FixedStep(),\n"
+        "                  lambda blocks: 0.0)\n"
+        "print('finished', r.summary['num_finished'], file=sys.stderr)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=True)
+    assert done.stderr.count("top level") == 1, done.stderr
+    assert "finished 700" in done.stderr
 
 
 def test_windows_from_the_helper_equal_the_trace_contract(monkeypatch: pytest.MonkeyPatch
