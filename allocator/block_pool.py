@@ -136,24 +136,28 @@ class BlockPool:
         """
         if num_cached_blocks >= num_full_blocks:
             return
-        block_hashes: Sequence[BlockHash] | BlockHashListWithBlockSize = request.block_hashes
+        block_hashes: Sequence[BlockHash] = request.block_hashes
         if len(block_hashes) * self.hash_block_size < num_full_blocks * block_size:
             raise ValueError(
                 f"request {request.request_id!r} has {len(block_hashes)} block hashes, "
                 f"too few to cache {num_full_blocks} blocks of size {block_size}"
             )
         if block_size != self.hash_block_size:
-            block_hashes = BlockHashListWithBlockSize(
+            resized = BlockHashListWithBlockSize(
                 request.block_hashes, self.hash_block_size, block_size
             )
+            new_hashes: Sequence[BlockHash] = [
+                resized[i] for i in range(num_cached_blocks, num_full_blocks)
+            ]
+        else:
+            new_hashes = block_hashes[num_cached_blocks:num_full_blocks]
         cache = self.cached_block_hash_to_block
         cache_dict = cache._cache
         suffix = group_id_suffix(kv_cache_group_id)
-        for i in range(num_cached_blocks, num_full_blocks):
-            block = blocks[i]
+        for block, block_hash in zip(blocks[num_cached_blocks:num_full_blocks], new_hashes):
             if block.is_null:
                 continue
-            key = block_hashes[i] + suffix
+            key = block_hash + suffix
             if block._block_hash is not None:
                 block.block_hash = key  # raises, naming the block
             block._block_hash = key

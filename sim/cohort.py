@@ -27,6 +27,7 @@ from sim.metrics import STEP_COLUMNS, RunLog
 from sim.plan import StepPlan
 from sim.scheduler import Scheduler
 from sim.sequence import RUNNING, Seq
+from sim.sim_request import SimRequest
 from sim.tally import PagedTally
 
 if TYPE_CHECKING:
@@ -176,10 +177,7 @@ class FastScheduler(Scheduler):
         # case where allocate_slots reads them (to cache the block under its hash); otherwise
         # it reads only num_computed_tokens. Every other path flushes before reading.
         if (c + 1) % bs == 0:
-            done = req.num_output_tokens
-            prompt = seq.num_prompt
-            if done <= c - prompt:
-                req.append_output_token_ids(seq.out_ids[done:c + 1 - prompt])
+            req.advance_to(c + 1)  # type: ignore[attr-defined]  # a SimRequest (after_admit)
         held = seq.held
         if self.decode_allocate(req, 1) is None:
             if plan is None:
@@ -240,7 +238,8 @@ class FastScheduler(Scheduler):
         while n:
             k = self.step_index
             st = model.predict_split(n, self.steady_base + n * k, ())
-            duration = st.attention_s + st.linear_s + st.overhead_s + 0.0
+            attention, linear, overhead = st
+            duration = attention + linear + overhead + 0.0
             end = t + duration
             if end > last_end or end == horizon:
                 break
@@ -262,7 +261,7 @@ class FastScheduler(Scheduler):
                 for seq in quiet[0]:
                     self._steady_call(seq, None)  # cannot fail: checked by _quiet_calls
                 self.step_index = k + 1
-            steps.append((k, t, duration, st.attention_s, st.linear_s, st.overhead_s, 0.0,
+            steps.append((k, t, duration, attention, linear, overhead, 0.0,
                           len(self.running), self.num_running_groups, 0, 0, n, 0, n,
                           *snapshot(self.active_computed + self.steady_base + n * (k + 1)),
                           0, 0, 0, 0, 0, 0))
@@ -323,7 +322,8 @@ class FastScheduler(Scheduler):
             due.append(seq)
         if need > self.free_queue.num_free_blocks:
             return None
-        due.sort(key=_by_key)
+        if len(due) > 1:
+            due.sort(key=_by_key)
         return due, finishing
 
     def can_skip(self, seq: Seq, n: int) -> bool:
@@ -337,6 +337,8 @@ class FastScheduler(Scheduler):
         seq.call_at = min(seq.held, (end // bs + 1) * bs - 1) if self.caching else seq.held
 
     def after_admit(self, seq: Seq, hit: int, n: int) -> None:
+        if not isinstance(seq.req, SimRequest):
+            raise TypeError(f"{seq.request_id}: the fast path needs SimRequest requests")
         self.active[seq.key] = seq
         self.active_computed += hit
         self.after_allocate(seq, n)

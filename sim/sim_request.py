@@ -104,6 +104,18 @@ class SimRequest(Request):
         if num_tokens >= self._next_hash_at:
             self._update_block_hashes()
 
+    def advance_to(self, num_tokens: int) -> None:
+        """Append the known outputs up to ``num_tokens`` tokens in all (no ids to pass: the
+        simulator's fast path); hashes any filled block. Fewer tokens than now is a no-op."""
+        if num_tokens <= self._num_tokens:
+            return
+        if num_tokens > len(self._tokens):
+            raise ValueError(f"request {self.request_id!r}: advancing to {num_tokens} tokens "
+                             f"passes the {len(self._tokens)} known tokens")
+        self._num_tokens = num_tokens
+        if num_tokens >= self._next_hash_at:
+            self._update_block_hashes()
+
     def _update_block_hashes(self) -> None:
         hashes = self._hashes
         if hashes is None:

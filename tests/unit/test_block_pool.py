@@ -109,6 +109,16 @@ def test_cache_full_blocks_sets_keys() -> None:
     assert len(pool.cached_block_hash_to_block) == 2
 
 
+def test_cache_full_blocks_with_larger_blocks_than_hashes() -> None:
+    """Blocks of 2 x the hash block size are keyed by their two small hashes joined."""
+    pool = BlockPool(6, True, BS)
+    request = hashed_request(list(range(17)))  # 4 hashed blocks of 4 tokens
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(request, blocks, 1, 2, 2 * BS, 0)
+    assert blocks[0].block_hash is None
+    assert blocks[1].block_hash == b"".join(request.block_hashes[2:4]) + (0).to_bytes(4, "big")
+
+
 def test_cache_full_blocks_skips_null_and_checks_hashes() -> None:
     """Null blocks are skipped; too few request hashes or a re-hash raise ValueError."""
     pool = BlockPool(6, True, BS)

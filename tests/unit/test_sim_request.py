@@ -91,3 +91,20 @@ def test_precomputed_hashes_match_the_hasher() -> None:
     assert with_table.block_hashes == table
     with pytest.raises(ValueError, match="block hashes for"):
         SimRequest("t", tokens, 20, 130, block_hasher=hasher, block_hashes=table[:-1])
+
+
+def test_advance_to_equals_appending_the_known_outputs() -> None:
+    """advance_to(n) leaves the request as appending its next outputs would; never back,
+    never past the array."""
+    hasher = FastBlockHasher(16)
+    tokens = np.random.default_rng(2).integers(0, 32000, 90).astype(np.int32)
+    moved = SimRequest("m", tokens, 20, 70, block_hasher=hasher)
+    appended = SimRequest("m", tokens, 20, 70, block_hasher=hasher)
+    for target in [21, 32, 33, 64, 50, 90]:
+        moved.advance_to(target)
+        if target > appended.num_tokens:
+            appended.append_output_token_ids(tokens[appended.num_tokens:target].tolist())
+        assert moved.num_tokens == appended.num_tokens
+        assert moved.block_hashes == appended.block_hashes
+    with pytest.raises(ValueError, match="passes the 90 known tokens"):
+        moved.advance_to(91)
