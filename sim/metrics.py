@@ -13,6 +13,7 @@ on summation order.
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -49,9 +50,6 @@ _FRACTIONS = (
 )
 
 
-_STEP_INDEX = {name: j for j, name in enumerate(STEP_COLUMNS)}
-
-
 class RunLog:
     """Everything one allocator's run records."""
 
@@ -74,23 +72,18 @@ class RunLog:
 
     def step_column(self, name: str) -> list[Any]:
         """One per-step column (cheaper than ``step_columns`` when a few are needed)."""
-        j = _STEP_INDEX[name]
-        return [row[j] for row in self.steps]
+        return list(map(itemgetter(STEP_COLUMNS.index(name)), self.steps))
 
     def request_columns(self) -> dict[str, list[Any]]:
         """One row per request, in trace order."""
         groups = sorted(self.groups, key=lambda g: g.index)
-        rows = {name: [] for name in REQUEST_COLUMNS}  # type: dict[str, list[Any]]
-        for g in groups:
-            values = (
-                g.request_id, g.index, g.line, g.status, g.arrival, g.first_scheduled,
-                g.first_token, g.finish, g.prompt_len, g.output_len, g.trace_output_len,
-                g.cached_tokens, g.num_preemptions, g.n, g.beam_width, g.truncated,
-                g.reject_reason,
-            )
-            for name, value in zip(REQUEST_COLUMNS, values):
-                rows[name].append(value)
-        return rows
+        if not groups:
+            return {name: [] for name in REQUEST_COLUMNS}
+        rows = [(g.request_id, g.index, g.line, g.status, g.arrival, g.first_scheduled,
+                 g.first_token, g.finish, g.prompt_len, g.output_len, g.trace_output_len,
+                 g.cached_tokens, g.num_preemptions, g.n, g.beam_width, g.truncated,
+                 g.reject_reason) for g in groups]
+        return {name: list(col) for name, col in zip(REQUEST_COLUMNS, zip(*rows))}
 
 
 def _mean(values: np.ndarray) -> float | None:
