@@ -138,14 +138,15 @@ def hash_block_tokens(
     return hash_fn((parent_block_hash, tuple(curr_block_token_ids), extra_keys))
 
 
-_GROUP_ID_SUFFIXES = [group_id.to_bytes(4, "big", signed=False) for group_id in range(16)]
+GROUP_ID_SUFFIXES = tuple(group_id.to_bytes(4, "big", signed=False) for group_id in range(16))
+"""``group_id_suffix(g)`` for the first 16 group ids (hot paths index it directly)."""
 
 
 def group_id_suffix(group_id: int) -> bytes:
     """The group id as 4 big-endian unsigned bytes, the tail of a prefix-cache key
     (precomputed for small ids: keys are built once per cached block and per lookup)."""
-    if 0 <= group_id < len(_GROUP_ID_SUFFIXES):
-        return _GROUP_ID_SUFFIXES[group_id]
+    if 0 <= group_id < len(GROUP_ID_SUFFIXES):
+        return GROUP_ID_SUFFIXES[group_id]
     return group_id.to_bytes(4, "big", signed=False)
 
 

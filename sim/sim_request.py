@@ -114,7 +114,20 @@ class SimRequest(Request):
                              f"passes the {len(self._tokens)} known tokens")
         self._num_tokens = num_tokens
         if num_tokens >= self._next_hash_at:
-            self._update_block_hashes()
+            hashes = self._hashes
+            if hashes is None:
+                self._update_block_hashes()
+                return
+            # _update_block_hashes inlined for one filled block (a call costs as much as this)
+            done = self.block_hashes
+            have = len(done)
+            step = self._hash_step
+            num_full = num_tokens // step
+            if num_full == have + 1:
+                done.append(hashes[have])
+            else:
+                done.extend(hashes[have:num_full])
+            self._next_hash_at = (num_full + 1) * step
 
     def _update_block_hashes(self) -> None:
         hashes = self._hashes
