@@ -146,7 +146,7 @@ class FastScheduler(Scheduler):
     def _run_seqs(self, plan: StepPlan, seqs: list[Seq]) -> int | None:
         for seq in seqs:
             if seq.steady:
-                if not self._steady_call(seq, plan):
+                if not self._steady_calls((seq,), plan):
                     return seq.key
             elif seq.status == RUNNING and not self._run_active(seq, plan):
                 return seq.key
@@ -165,49 +165,56 @@ class FastScheduler(Scheduler):
         plan.add(seq, n, c)
         return True
 
-    def _steady_call(self, seq: Seq, plan: StepPlan | None) -> bool:
-        """A steady sequence's one-token allocate_slots at its event, leaving it steady (the
-        hot path, so after_allocate is inlined); on failure it wakes and takes the reference
-        path, which preempts."""
-        base = seq.base
-        c = base + self.step_index
-        req = seq.req
-        req.num_computed_tokens = c
+    def _steady_calls(self, seqs: list[Seq] | tuple[Seq], plan: StepPlan | None) -> bool:
+        """Steady sequences' one-token allocate_slots at their events, in the given (running)
+        order, each leaving its sequence steady: the hot path, so after_allocate is inlined
+        and one call covers a whole step's due sequences. With ``plan`` (the reference loop's
+        visit of one sequence) a failed call wakes it and takes the reference path, which
+        preempts; without, calls cannot fail (``coast`` checked the free blocks)."""
+        k = self.step_index
         bs = self.block_size
-        # The request's outputs are written back only when this call fills a block, the one
-        # case where allocate_slots reads them (to cache the block under its hash); otherwise
-        # it reads only num_computed_tokens. Every other path flushes before reading.
-        if (c + 1) % bs == 0:
-            req.advance_to(c + 1)  # type: ignore[attr-defined]  # a SimRequest (after_admit)
-        held = seq.held
-        if self.decode_allocate(req, 1) is None:
-            if plan is None:
-                raise AssertionError(f"{seq.request_id}: a quiet step's call failed")
-            self._wake(seq)
-            return self._run_active(seq, plan)
-        self.epoch += 1
-        last = seq.last_c
-        # Comparisons rather than min(): this runs at every block boundary of every sequence.
-        if c >= held:
-            final = last + 1
-            new_held = (c // bs + 1) * bs
-            tally = self.tally
-            tally.held_slots += new_held - held
-            tally.ceiling += (new_held if new_held < final else final) - (  # noqa: FURB136
-                held if held < final else final)  # noqa: FURB136
-            seq.held = held = new_held
-        call_at = held
-        if self.caching:
-            fill_at = ((c + 1) // bs + 1) * bs - 1
-            if fill_at < held:
-                call_at = fill_at
-        seq.call_at = call_at
-        key = (last if last < call_at else call_at) - base  # noqa: FURB136
-        bucket = self.buckets.get(key)
-        if bucket is None:
-            self.buckets[key] = [(seq, seq.gen)]
-        else:
-            bucket.append((seq, seq.gen))
+        caching = self.caching
+        allocate = self.decode_allocate
+        buckets = self.buckets
+        for seq in seqs:
+            base = seq.base
+            c = base + k
+            req = seq.req
+            req.num_computed_tokens = c
+            # The request's outputs are written back only when this call fills a block, the
+            # one case where allocate_slots reads them (to cache the block under its hash);
+            # otherwise it reads only num_computed_tokens. Other paths flush before reading.
+            if (c + 1) % bs == 0:
+                req.advance_to(c + 1)  # type: ignore[attr-defined]  # SimRequest (after_admit)
+            held = seq.held
+            if allocate(req, 1) is None:
+                if plan is None:
+                    raise AssertionError(f"{seq.request_id}: a quiet step's call failed")
+                self._wake(seq)
+                return self._run_active(seq, plan)
+            self.epoch += 1
+            last = seq.last_c
+            # Comparisons rather than min(): this runs at every block boundary.
+            if c >= held:
+                final = last + 1
+                new_held = (c // bs + 1) * bs
+                tally = self.tally
+                tally.held_slots += new_held - held
+                tally.ceiling += (new_held if new_held < final else final) - (  # noqa: FURB136
+                    held if held < final else final)  # noqa: FURB136
+                seq.held = held = new_held
+            call_at = held
+            if caching:
+                fill_at = ((c + 1) // bs + 1) * bs - 1
+                if fill_at < held:
+                    call_at = fill_at
+            seq.call_at = call_at
+            key = (last if last < call_at else call_at) - base  # noqa: FURB136
+            bucket = buckets.get(key)
+            if bucket is None:
+                buckets[key] = [(seq, seq.gen)]
+            else:
+                bucket.append((seq, seq.gen))
         return True
 
     # ---- quiet steps in one go -------------------------------------------------------------
@@ -259,8 +266,7 @@ class FastScheduler(Scheduler):
                     if end > horizon:
                         break
                     continue
-                for seq in quiet[0]:
-                    self._steady_call(seq, None)  # cannot fail: checked by _quiet_calls
+                self._steady_calls(quiet[0], None)  # cannot fail: checked by _quiet_calls
                 self.step_index = k + 1
             steps.append((k, t, duration, attention, linear, overhead, 0.0,
                           len(self.running), self.num_running_groups, 0, 0, n, 0, n,
@@ -292,7 +298,7 @@ class FastScheduler(Scheduler):
         plan = StepPlan(self.config.max_num_batched_tokens)
         for seq in sorted(due + finishing, key=_by_key):
             if seq.steady:
-                self._steady_call(seq, None)  # cannot fail: checked by _quiet_calls
+                self._steady_calls((seq,), None)  # cannot fail: checked by _quiet_calls
             else:
                 plan.add(seq, 1, seq.req.num_computed_tokens)
         plan.num_steady = self.num_steady
