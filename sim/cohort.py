@@ -275,7 +275,7 @@ class FastScheduler(Scheduler):
             t = end
             if end > horizon:
                 break
-        if t == now:
+        if self.step_index == first:
             return None
         self.num_coasted += self.step_index - first
         return t

@@ -162,7 +162,7 @@ def helper() -> Helper | None:
             return None
         try:
             _helper = Helper()
-        except OSError:
+        except (OSError, TypeError, ValueError):  # no usable interpreter path, no processes
             _failed = True
             return None
         atexit.register(_helper.close)

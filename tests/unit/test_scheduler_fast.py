@@ -2,6 +2,7 @@
 running-total snapshots) must give byte-identical results to the reference loop."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -10,15 +11,17 @@ from sim.gpus import get_gpu
 from sim.models import get_model
 from sim.options import SchedulerConfig
 from sim.run import RunResult, run_allocator
+from sim.step_base import StepModel, StepTime
 from sim.step_model import make_step_model
+from tests.unit.simkit import make_trace
 from traces import default_workload, limit
 
 MODEL = make_step_model("roofline", get_model("llama-2-7b"), get_gpu("a100-80gb"))
 
 
-def _run(fast: bool, trace: Any, **options: Any) -> RunResult:
+def _run(fast: bool, trace: Any, model: Any = MODEL, **options: Any) -> RunResult:
     config = SchedulerConfig(fast=fast, **options)
-    return run_allocator("paged", trace, config, MODEL, lambda blocks: 0.0)
+    return run_allocator("paged", trace, config, model, lambda blocks: 0.0)
 
 
 def _same(a: RunResult, b: RunResult) -> None:
@@ -78,3 +81,21 @@ def test_fast_path_only_where_proven() -> None:
     trace = limit(default_workload(seed=3), 5)
     assert not _run(True, trace, num_gpu_blocks=300, n=2).fast
     assert not _run(True, trace, num_gpu_blocks=300, preemption="swap", num_cpu_blocks=64).fast
+
+
+class _BinaryStep(StepModel):
+    """Every step takes 1/64 s: sums of step times are exact in binary floating point."""
+
+    def predict_split(self, num_decode: int, sum_decode_context: int,
+                      prefills: Sequence[tuple[int, int]]) -> StepTime:
+        return StepTime(0.0, 1 / 64, 0.0)
+
+
+def test_coasting_with_step_ends_on_arrival_times_is_byte_identical() -> None:
+    """Exact 1/64 s steps and arrivals on a 1/16 s grid: many steps end exactly when a
+    request arrives (the tie that must stop coasting), and outputs equal the reference's."""
+    rows = [(i / 16, 30 + (7 * i) % 90, 5 + (11 * i) % 60) for i in range(200)]
+    trace = make_trace(rows)
+    fast = _run(True, trace, _BinaryStep(), num_gpu_blocks=600)
+    _same(fast, _run(False, trace, _BinaryStep(), num_gpu_blocks=600))
+    assert fast.counters["num_coasted_steps"] > 0
