@@ -151,7 +151,8 @@ class BlockPool:
         cache_dict = cache._cache
         # The suffix table indexed in place: this runs at every block that fills up, and a
         # Python call costs ~6% of it.
-        suffix = (GROUP_ID_SUFFIXES[kv_cache_group_id] if 0 <= kv_cache_group_id < len(GROUP_ID_SUFFIXES)
+        suffix = (GROUP_ID_SUFFIXES[kv_cache_group_id]
+                  if 0 <= kv_cache_group_id < len(GROUP_ID_SUFFIXES)
                   else group_id_suffix(kv_cache_group_id))
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]

@@ -32,6 +32,8 @@ from sim.sim_request import SimRequest
 from sim.tally import PagedTally
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from allocator.interface import KVManager
     from sim.options import SchedulerConfig
     from sim.step_base import StepModel, StepTime
@@ -165,7 +167,7 @@ class FastScheduler(Scheduler):
         plan.add(seq, n, c)
         return True
 
-    def _steady_calls(self, seqs: list[Seq] | tuple[Seq], plan: StepPlan | None) -> bool:
+    def _steady_calls(self, seqs: Sequence[Seq], plan: StepPlan | None) -> bool:
         """Steady sequences' one-token allocate_slots at their events, in the given (running)
         order, each leaving its sequence steady: the hot path, so after_allocate is inlined
         and one call covers a whole step's due sequences. With ``plan`` (the reference loop's
@@ -295,12 +297,11 @@ class FastScheduler(Scheduler):
         self.num_coasted_finishing += 1
         for seq in finishing:
             self._wake(seq)
+        # Planning a woken sequence touches no manager state, so the calls can go first.
+        self._steady_calls(due, None)  # cannot fail: checked by _quiet_calls
         plan = StepPlan(self.config.max_num_batched_tokens)
-        for seq in sorted(due + finishing, key=_by_key):
-            if seq.steady:
-                self._steady_calls((seq,), None)  # cannot fail: checked by _quiet_calls
-            else:
-                plan.add(seq, 1, seq.req.num_computed_tokens)
+        for seq in sorted(finishing, key=_by_key):
+            plan.add(seq, 1, seq.req.num_computed_tokens)
         plan.num_steady = self.num_steady
         plan.steady_context = self.steady_base + self.num_steady * k
         plan.budget -= self.num_steady

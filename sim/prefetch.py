@@ -123,11 +123,15 @@ class Helper:
 
     def take(self, job_id: int) -> Prepared | None:
         """A job's result: waited for once the helper has delivered before, taken only if
-        already there while it is still starting up; None otherwise (compute it in place)."""
+        already there while it is still starting up; None otherwise (compute it in place:
+        the job's result is then discarded when it arrives)."""
         with self.ready:
             if job_id not in self.results and self.delivered:
                 self.ready.wait_for(lambda: job_id in self.results or not self.alive)
-            return self.results.pop(job_id, None)
+            if job_id in self.results:
+                return self.results.pop(job_id)
+            self.unwanted.add(job_id)
+            return None
 
     def drop(self, job_ids: list[int]) -> None:
         """Forget jobs whose results are no longer wanted (discarded if they still arrive)."""

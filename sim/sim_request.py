@@ -58,7 +58,11 @@ class SimRequest(Request):
                 raise ValueError(f"request {request_id!r}: {len(block_hashes)} block hashes for "
                                  f"{len(tokens)} tokens of blocks of {self._hash_step}")
             self._hashes = block_hashes
-        if block_hasher is not None:
+            # The prompt's blocks take their hashes from the table as appended outputs do.
+            self._num_tokens = 0
+            self._next_hash_at = 0
+            self.advance_to(num_prompt)
+        elif block_hasher is not None:
             self._update_block_hashes()
 
     @property
@@ -95,14 +99,7 @@ class SimRequest(Request):
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         """Advance past the next output ids (one int or a list) and hash any filled block."""
-        count = 1 if isinstance(token_ids, int) else len(token_ids)
-        num_tokens = self._num_tokens + count
-        if num_tokens > len(self._tokens):
-            raise ValueError(f"request {self.request_id!r}: appending {count} outputs passes "
-                             f"the {len(self._tokens)} known tokens")
-        self._num_tokens = num_tokens
-        if num_tokens >= self._next_hash_at:
-            self._update_block_hashes()
+        self.advance_to(self._num_tokens + (1 if isinstance(token_ids, int) else len(token_ids)))
 
     def advance_to(self, num_tokens: int) -> None:
         """Append the known outputs up to ``num_tokens`` tokens in all (no ids to pass: the
@@ -116,9 +113,10 @@ class SimRequest(Request):
         if num_tokens >= self._next_hash_at:
             hashes = self._hashes
             if hashes is None:
-                self._update_block_hashes()
+                self._update_block_hashes()  # Request's: the hasher reads the tokens
                 return
-            # _update_block_hashes inlined for one filled block (a call costs as much as this)
+            # Every full block's hash is known: take the ones that just filled (in place
+            # rather than in a method, since this runs at every block a decode fills).
             done = self.block_hashes
             have = len(done)
             step = self._hash_step
@@ -128,19 +126,3 @@ class SimRequest(Request):
             else:
                 done.extend(hashes[have:num_full])
             self._next_hash_at = (num_full + 1) * step
-
-    def _update_block_hashes(self) -> None:
-        hashes = self._hashes
-        if hashes is None:
-            super()._update_block_hashes()
-            return
-        # The hashes of every full block are known: take the ones that just filled.
-        step = self._hash_step
-        num_full = self._num_tokens // step
-        done = self.block_hashes
-        have = len(done)
-        if num_full == have + 1:  # the usual case: one block just filled
-            done.append(hashes[have])
-        else:
-            done.extend(hashes[have:num_full])
-        self._next_hash_at = (num_full + 1) * step

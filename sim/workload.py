@@ -145,9 +145,9 @@ class Workload:
             helper.drop(stale)
         job = self.pending.pop(window, None)
         prepared = helper.take(job) if helper is not None and job is not None else None
-        if prepared is None:
-            prepared = prefetch.prepare_rows(*self._window_args(window))
         rows = self._window_rows(window)
+        if prepared is None:
+            prepared = prefetch.prepare_rows(*self._rows_args(rows))
         hashes = as_hash_bytes(prepared.hashes) if prepared.hashes is not None else None
         tokens, offsets, block_offsets = prepared.tokens, prepared.offsets, prepared.block_offsets
         for k, i in enumerate(rows):
@@ -158,7 +158,7 @@ class Workload:
             return
         for ahead in range(window + 1, min(window + prefetch.LOOKAHEAD, last) + 1):
             if ahead not in self.pending:
-                job = helper.submit(self._window_args(ahead))
+                job = helper.submit(self._rows_args(self._window_rows(ahead)))
                 if job is None:
                     return
                 self.pending[ahead] = job
@@ -167,9 +167,8 @@ class Workload:
         first = window * PREFETCH
         return [i for i in range(first, min(first + PREFETCH, len(self.ids))) if self.derived[i]]
 
-    def _window_args(self, window: int) -> tuple[int, list[str], list[int], int, int | None]:
-        """``prefetch.prepare_rows``'s arguments for the derived rows of one window."""
-        rows = self._window_rows(window)
+    def _rows_args(self, rows: list[int]) -> tuple[int, list[str], list[int], int, int | None]:
+        """``prefetch.prepare_rows``'s arguments for the given (derived) rows."""
         return (self.seed, [str(self.ids[i]) for i in rows],
                 [self.prompt_lens[i] + self.output_len(i) for i in rows], self.trace.vocab_size,
                 self.fast_hasher.block_size if self.fast_hasher is not None else None)

@@ -43,6 +43,24 @@ def test_helper_process_result_equals_in_place() -> None:
     assert as_hash_bytes(local.hashes)[local.block_offsets[2]:] == hasher.hash_tokens(run)
 
 
+def test_a_job_taken_before_it_arrives_is_discarded_on_arrival() -> None:
+    """While a new helper is still starting, take() gives None (the window is computed in
+    place) and the job's late result is dropped, not kept for ever."""
+    if prefetch.helper() is None:
+        pytest.skip("this machine runs no helper process (one core or PAGEDSIM_HELPER=0)")
+    helper = prefetch.Helper()
+    try:
+        job = helper.submit((7, ["a"], [40], 32000, 16))
+        assert job is not None
+        assert helper.take(job) is None  # a fresh helper has not delivered anything yet
+        with helper.ready:
+            assert helper.ready.wait_for(lambda: helper.delivered, timeout=120)
+        assert job not in helper.results
+        assert not helper.unwanted
+    finally:
+        helper.close()
+
+
 def test_serve_answers_jobs_in_order() -> None:
     """The helper's loop, in process: one answer per job, None for a job that raises."""
     jobs, answers = io.BytesIO(), io.BytesIO()
