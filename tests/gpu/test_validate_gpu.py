@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernels.validate import Options, validate_log
-from kernels.validate_mutate import Mutation
+from kernels.validate.mutate import Mutation
 from tests.unit.validate_logkit import scenario_log
 
 pytestmark = pytest.mark.gpu
@@ -42,7 +42,7 @@ def test_mutations_caught_on_cuda(tmp_path: Path, mutation: str) -> None:
 
 def test_cuda_and_cpu_rows_agree() -> None:
     """The K/V draw is the same on both devices (so CPU and GPU runs check the same data)."""
-    from kernels.kv_content import KVContent, extend_hashes, initial_hash
+    from kernels.validate.kv_content import KVContent, extend_hashes, initial_hash
 
     h = extend_hashes(initial_hash(1), list(range(100)))
     rows = [KVContent(32, 8, 128, torch.bfloat16, torch.device(d)).kv_rows(h)[0].cpu()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kernels.validate import Options, main, validate_log
-from kernels.validate_mutate import Mutation
-from kernels.validate_ops import _copy_batches
+from kernels.validate.mutate import Mutation
+from kernels.validate.ops import _copy_batches
 from tests.unit.validate_logkit import LogKit, scenario_log
 
 

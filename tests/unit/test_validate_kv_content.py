@@ -1,10 +1,10 @@
-"""kernels.kv_content: prefix hashes and the K/V/Q rows drawn from them."""
+"""kernels.validate.kv_content: prefix hashes and the K/V/Q rows drawn from them."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from kernels.kv_content import (
+from kernels.validate.kv_content import (
     BASE,
     GOLDEN,
     MASK64,

@@ -10,7 +10,7 @@ Order within a step (the log keeps copies and swaps in separate lists, so the or
        (its own earlier steps, its fork parent, or the prefix hit's `token_ids`), new ones
        from the log; their K/V rows written with reshape_and_cache through the logged slots
        (queued: one call covers a run of steps, flushed before copies, swaps and attention)
-    4. (attention, kernels/validate_attn.py), then forks copy the parent's tokens and
+    4. (attention, kernels/validate/attn.py), then forks copy the parent's tokens and
        frees forget finished or dropped sequences (a preempted one keeps its tokens).
 """
 
@@ -20,8 +20,8 @@ import numpy as np
 
 from kernels.copy_blocks import copy_blocks
 from kernels.swap import swap_kv
-from kernels.validate_log import LogHeader, SeqRecord, StepRecord
-from kernels.validate_state import Replay
+from kernels.validate.log import LogHeader, SeqRecord, StepRecord
+from kernels.validate.state import Replay
 
 
 class ValidationError(Exception):

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from kernels.kv_content import KVContent
+from kernels.validate.kv_content import KVContent
 from kernels.swap import allocate_cpu_cache
-from kernels.validate_log import LogHeader
-from kernels.validate_state import Replay
+from kernels.validate.log import LogHeader
+from kernels.validate.state import Replay
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
                 "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}

@@ -5,7 +5,7 @@ tokens through `paged_prefill_attention` (causal, aligned to the end of the cont
 prefill kernel has no sliding window, so a chunk of a sliding-window model whose earliest
 attended key is past position 0 runs as one decode query per new token instead (each with
 context `pos + 1`, which is exactly end-aligned windowed attention). The reference attends
-each query over the sequence's own contiguous K/V rows (`validate_state.SeqState`), built
+each query over the sequence's own contiguous K/V rows (`state.SeqState`), built
 from its logical tokens, never from the paged cache. The error metric is the kernels':
 max|out - ref| / max|ref| per (sequence, head), bounded by `kernels.testing.TOLERANCE`.
 """
@@ -21,9 +21,9 @@ from kernels.decode_attention import paged_decode_attention
 from kernels.launch import as_block_tables
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.reference import rel_error_per_seq_head
-from kernels.validate_log import SeqRecord, StepRecord
-from kernels.validate_ops import ValidationError, attended_from
-from kernels.validate_state import Replay
+from kernels.validate.log import SeqRecord, StepRecord
+from kernels.validate.ops import ValidationError, attended_from
+from kernels.validate.state import Replay
 
 REF_BYTES = 1 << 28  # float64 score block budget per reference chunk
 

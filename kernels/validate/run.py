@@ -3,7 +3,7 @@
 `python -m kernels.validate ALLOCATION_LOG [--device cuda|cpu] [--steps all|N]
 [--allocator NAME]` reads the log `simulate.py --record-allocation-log` writes, and for each
 paged allocator section replays every step on one attention layer (real head layout and
-dtype, see kernels/kv_content.py): slot check, copies and swaps, K/V writes through the
+dtype, see kernels/validate/kv_content.py): slot check, copies and swaps, K/V writes through the
 logged slots, then decode / prefill attention compared with a float64 reference over each
 sequence's own tokens. `--steps N` compares attention on the first N steps and on every later
 step with a copy, swap, preemption or prefix hit; the other steps still run their copies,
@@ -24,13 +24,13 @@ from typing import Any
 
 import torch
 
-from kernels import validate_attn as attn
+from kernels.validate import attn
 from kernels.testing import TOLERANCE
-from kernels.validate_log import LogError, LogHeader, StepRecord, iter_log, selected
-from kernels.validate_mutate import Mutation, Mutator
-from kernels.validate_ops import ValidationError, after_step, apply_moves, check_slots, write_tokens
-from kernels.validate_report import SectionResult, finish_timing, format_section
-from kernels.validate_setup import Layout, make_replay
+from kernels.validate.log import LogError, LogHeader, StepRecord, iter_log, selected
+from kernels.validate.mutate import Mutation, Mutator
+from kernels.validate.ops import ValidationError, after_step, apply_moves, check_slots, write_tokens
+from kernels.validate.report import SectionResult, finish_timing, format_section
+from kernels.validate.setup import Layout, make_replay
 
 
 @dataclass(slots=True)
@@ -226,6 +226,3 @@ def main(argv: list[str] | None = None) -> int:
         write_report(args.report, args.log, results)
     return 1 if any(r.failed for r in results) else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

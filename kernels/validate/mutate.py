@@ -17,9 +17,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from kernels.validate_log import SeqRecord, StepRecord
-from kernels.validate_ops import attended_from
-from kernels.validate_state import Replay
+from kernels.validate.log import SeqRecord, StepRecord
+from kernels.validate.ops import attended_from
+from kernels.validate.state import Replay
 
 KINDS = ("table", "copy", "slot")
 

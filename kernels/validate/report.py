@@ -3,7 +3,7 @@
 Timing cross-check (CUDA, real head layout only): the log's `attention_s` is the step-time
 model's attention time for the whole step, all layers; the validator times its one layer's
 kernels and compares `attention_s` with that time times `num_layers`. The kernels are timed
-as a CUDA graph replay (kernel time, no launch latency; see `validate_attn.time_step`). Relative error = predicted / measured - 1; the summary gives
+as a CUDA graph replay (kernel time, no launch latency; see `attn.time_step`). Relative error = predicted / measured - 1; the summary gives
 the median and 90th percentile of its absolute value and the median signed error (the bias).
 """
 
@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.validate_log import StepRecord
+from kernels.validate.log import StepRecord
 
 GIB = 1 << 30
 

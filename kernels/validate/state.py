@@ -1,7 +1,7 @@
 """What the validator knows while it replays a log: sequences, the paged cache and its shadow.
 
 Each sequence keeps its logical token ids, their prefix hashes and the K/V rows those hashes
-give (`kernels/kv_content.py`), contiguous: the reference attention reads these, never the
+give (`kernels/validate/kv_content.py`), contiguous: the reference attention reads these, never the
 paged cache. The paged cache is the tensor the kernels read and write. Beside it a numpy
 *shadow* records which prefix hash each slot was last given (by a write, copy or swap); the
 validator uses it only to pick mutation targets, to explain a mismatch and, where the log
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kernels.kv_content import KVContent, extend_hashes, initial_hash
+from kernels.validate.kv_content import KVContent, extend_hashes, initial_hash
 from kernels.reshape_and_cache import reshape_and_cache
 
 
