@@ -109,7 +109,8 @@ def test_vllm_records_array_jsonl_and_result(tmp_path: Path) -> None:
 
 
 def test_sharegpt_with_tokenizer(tmp_path: Path) -> None:
-    """ShareGPT conversations load with a caller's tokenizer; first exchange only."""
+    """ShareGPT conversations load with a caller's tokenizer (first two turns only), or
+    without one on the character estimate, which the metadata records."""
     convs = [{"id": "c1", "conversations": [{"from": "human", "value": "a b c"},
                                             {"from": "gpt", "value": "d e"},
                                             {"from": "human", "value": "f"}]},
@@ -123,8 +124,10 @@ def test_sharegpt_with_tokenizer(tmp_path: Path) -> None:
     assert t.metadata.format == "sharegpt" and len(t) == 1 and t.metadata.num_skipped == 1
     assert t[0].request_id == "c1" and t[0].output_len == 2
     assert list(t.prompt_token_ids(0)) == [1, 1, 1]
-    with pytest.raises(TraceError, match="tokenizer"):
-        load_trace(path)
+    assert t.metadata.tokenizer == "caller's tokenizer" and not t.metadata.tokens_estimated
+    est = load_trace(path)
+    assert est.metadata.tokens_estimated and "4 characters" in str(est.metadata.tokenizer)
+    assert est[0].prompt_len == 2 and est[0].output_len == 1   # "a b c" 5 chars, "d e" 3
 
 
 def test_generic_csv_and_jsonl_with_column_map(tmp_path: Path) -> None:
