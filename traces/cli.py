@@ -51,10 +51,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def option_names() -> set[str]:
-    """Every option `python -m traces summary` accepts (messages may name only these)."""
+    """Every option `python -m traces` accepts (messages may name only these)."""
     parser = _parser()
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return {flag for action in subs.choices["summary"]._actions
+    return {flag for sub in subs.choices.values() for action in sub._actions
             for flag in action.option_strings}
 
 

@@ -96,14 +96,25 @@ def string_column(raw: RawFile, values: Any, lines: IntArray, name: str) -> Any:
     present = series.notna().to_numpy()
     is_str = series.map(lambda v: isinstance(v, str)).to_numpy(dtype=bool)
     if (bad := np.flatnonzero(present & ~is_str)).size:
-        k = int(bad[0])
-        raise _fail(raw, int(lines[k]), name, f"expected a string, got "
-                    f"{type(series.iloc[k]).__name__} ({_show(series.iloc[k])})")
+        value = series.iloc[int(bad[0])]
+        raise _fail(raw, int(lines[bad[0]]), name, f"expected a string, got {_kind(value)}")
     out = np.where(present, series.astype(object).where(series.notna(), ""), "")
     out = out.astype(np.str_)
     if (empty := np.flatnonzero(present & (np.char.str_len(out) == 0))).size:
         raise _fail(raw, int(lines[empty[0]]), name, "empty string (omit the field instead)")
     return out
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind for messages: "a number (5)", "a list", ..."""
+    if isinstance(value, (bool, np.bool_)):
+        return f"a boolean ({str(bool(value)).lower()})"
+    if isinstance(value, (int, float, np.number)):
+        num = float(value)
+        return f"a number ({int(num) if num.is_integer() else _show(num)})"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def serving_columns(raw: RawFile, columns: dict[str, Any], lines: IntArray) -> dict[str, Any]:

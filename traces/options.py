@@ -49,6 +49,14 @@ def parse_columns(text: str | None) -> dict[str, str] | None:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
+def _columns_arg(text: str) -> dict[str, str] | None:
+    """parse_columns as an argparse type (its error becomes argparse's one line)."""
+    try:
+        return parse_columns(text)
+    except TraceError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--columns: ")) from None
+
+
 def parse_rate(text: str) -> float:
     """A request rate in requests/s: a positive number or inf (argparse type)."""
     try:
@@ -77,7 +85,7 @@ def add_trace_options(parser: Any, *, skip: Collection[str] = ()) -> None:
                       "help": "trace format (default: detected from the content)"}),
         ("--sort", {"action": "store_true",
                     "help": "sort rows by arrival time instead of refusing unsorted ones"}),
-        ("--columns", {"type": parse_columns, "default": None, "metavar": "NAME=COL,...",
+        ("--columns", {"type": _columns_arg, "default": None, "metavar": "NAME=COL,...",
                        "help": f"column of each field in a generic CSV/JSONL ({COLUMN_FIELDS})"}),
         ("--time-unit", {"choices": TIME_UNITS, "default": None,
                          "help": "unit of a generic arrival column (default: s, or datetime "
