@@ -47,11 +47,12 @@ def test_latency_vs_rate_from_result_dirs(runs: list[Path]) -> None:
     assert fig is not None
     ax = fig.axes[0]
     labels = [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
-    assert labels[-1] == "SLO 0.2 s/token"
+    assert labels[-1] == "SLO 200 ms/token"
     assert [lbl.split(" (")[0] for lbl in labels[:-1]] == ["paged", "max"]
     assert all("capacity" in lbl for lbl in labels[:-1])
     assert ax.get_xlabel() == "Request rate (req/s)"
-    assert ax.get_ylabel() == "Mean normalised latency (s/token)"
+    assert ax.get_ylabel() == "Mean normalised latency (ms/token)"
+    assert "trace built-in default workload | model Llama-2-7B | GPU A100-80GB" in ax.get_title()
 
 
 def test_waste_vs_block_size_from_result_dirs(runs: list[Path]) -> None:
@@ -61,7 +62,7 @@ def test_waste_vs_block_size_from_result_dirs(runs: list[Path]) -> None:
     ax = fig.axes[0]
     assert [line.get_label() for line in ax.lines] == ["paged", "max"]
     assert all(list(line.get_xdata()) == [16, 32] for line in ax.lines)
-    assert ax.get_xlabel() == "Block size (tokens per block)"
+    assert ax.get_xlabel() == "Block size (tokens per block, log scale)"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32"]
 
 
