@@ -16,12 +16,11 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from reports import schema as S
 from reports.readers import RunResults
 from reports.series import weighted_cdf
-from reports.style import allocator_color, line_style, new_figure
+from reports.style import allocator_color, line_style, new_figure, plain_log_ticks
 
 PANELS = (
     ("ttft", "Time to first token (TTFT)", "TTFT (ms)"),
@@ -96,17 +95,6 @@ def _axis_scale(ax: Axes, series: list[npt.NDArray[np.float64]], empty: str) -> 
     span = values.max() / values.min()
     if span > LOG_SPAN:
         ax.set_xscale("log")
-        # as many ticks per decade as fit in a panel: 1-2-5, then 1-3, then 1
-        subs = (1.0, 2.0, 5.0) if span <= 1e2 else (1.0, 3.0) if span <= 10**2.5 else (1.0,)
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: plain_number(v)))
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        plain_log_ticks(ax.xaxis, span)
     else:
         ax.ticklabel_format(axis="x", style="plain", useOffset=False)
-
-
-def plain_number(value: float) -> str:
-    """A tick label without powers of ten: 0.05, 1, 20, 500, 2,000."""
-    if value >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:g}"

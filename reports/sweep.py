@@ -58,8 +58,9 @@ def _cells_context(root: Path, table: pd.DataFrame) -> dict[str, str]:
 
 def _read_sweep_file(file: Path) -> pd.DataFrame:
     if not file.is_file():
-        raise ReportError(f"{file}: file not found (expected a sweep directory holding "
-                          f"{S.SWEEP_FILE}, or result directories)")
+        raise ReportError(f"{file}: file not found (expected a result directory, a sweep "
+                          f"directory holding {S.SWEEP_FILE}, or a capacity search holding "
+                          "capacity.json)")
     try:
         table = pq.read_table(file).to_pandas()
     except (OSError, pa.ArrowException) as exc:

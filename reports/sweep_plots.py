@@ -91,8 +91,8 @@ def plot_latency_vs_rate(table: pd.DataFrame, slo: float = S.DEFAULT_SLO_S) -> F
         seconds = pd.to_numeric(mine[S.NORM_LATENCY], errors="coerce").to_numpy(np.float64)
         cap, exceeded = capacity(rates.tolist(), seconds.tolist(), slo)
         latency = 1000.0 * seconds
-        ax.plot(rates, latency, marker="o", markersize=4,
-                label=f"{name} (capacity {capacity_text(cap, exceeded)})", **line_style(name, index))
+        label = f"{name} (capacity {capacity_text(cap, exceeded)})"
+        ax.plot(rates, latency, marker="o", markersize=4, label=label, **line_style(name, index))
         if cap is not None and exceeded:
             ax.axvline(cap, color=allocator_color(name), linestyle=":", linewidth=1.4)
         highest = max([highest, *latency[np.isfinite(latency)].tolist()])

@@ -112,7 +112,8 @@ def load_vllm_records(raw: RawFile, *, sort: bool, seed: int = 0) -> Trace:
 
     Also accepts a benchmark result object with parallel `input_lens` / `output_lens`
     lists. Optional per-record keys: arrival_s | arrival_time | timestamp (seconds),
-    request_id, prompt_token_ids, cache_salt, lora_name, priority. Without times every request arrives at 0.
+    request_id, prompt_token_ids, cache_salt, lora_name, priority. Without times every
+    request arrives at 0.
     """
     table = _vllm_table(raw)
     prompt = _len(raw, table, "prompt_len")

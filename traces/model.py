@@ -57,8 +57,9 @@ class Trace:
 
     Columns are read-only arrays: arrival_s (float64), prompt_lens, output_lens, n,
     beam_width (int64), and optional session_ids, cache_salts, lora_names (str, "" = none),
-    turns (-1 = none), lines (0 = none), priorities (int64, default 0). Request ids are `request_ids` (str array, built lazily) or
-    `request_id(i)`; integer ids are kept as int64 internally. Index i is request i in
+    turns (-1 = none), lines (0 = none), priorities (int64, default 0). Request ids are
+    `request_ids` (str array, built lazily) or `request_id(i)`; integer ids are kept as
+    int64 internally. Index i is request i in
     arrival order. `prefix_lens[i]` is the number of prompt tokens from shared segments.
     """
 

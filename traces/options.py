@@ -131,7 +131,8 @@ def add_workload_options(parser: Any, *, skip: Collection[str] = ()) -> None:
                           "help": "gamma shape of the --request-rate gaps (1: Poisson)"}),
         ("--rate-scale", {"type": float, "default": 1.0,
                           "help": "replay the trace's own times at X times their rate"}),
-        ("--limit", {"type": _positive_int, "default": None, "metavar": "N", "help": "first N requests only"}),
+        ("--limit", {"type": _positive_int, "default": None, "metavar": "N",
+                     "help": "first N requests only"}),
         ("--seed", {"type": int, "default": 0, "help": "seed for datasets, arrivals, token ids"}),
     ]
     _add(parser, table, skip)

@@ -19,7 +19,7 @@ from reports.batch import plot_batch_size
 from reports.fragmentation import plot_fragmentation_cdfs
 from reports.latency import plot_latency_cdfs, request_latencies
 from reports.memory import plot_memory_timeline, plot_waste_bars
-from reports.prefix import plot_prefix_cache
+from reports.prefix import plot_prefix_cache, skip_reason
 from reports.readers import RunResults, load_run
 from reports.style import ALLOCATOR_COLORS, allocator_color
 from reports.tables import occupied_shares
@@ -213,3 +213,18 @@ def test_allocator_colours_are_fixed_across_figures(figures: dict[str, Figure]) 
     for fig in (figures["fragmentation"], figures["latency"]):
         for line in curves(fig.axes[0]):
             assert line.get_color() == ALLOCATOR_COLORS[line.get_label()]
+
+
+def test_prefix_cache_says_readmissions_count(figures: dict[str, Figure]) -> None:
+    """The figure states that re-admissions after preemption count as hits."""
+    note = figures["prefix"].get_supxlabel()
+    assert "re-admissions after preemption" in note and "exceed the ideal line" in note
+
+
+def test_no_prefix_panel_without_shared_content(one_step: RunResults) -> None:
+    """A trace whose prompts share nothing (Azure sizes only) gets no prefix-cache figure,
+    with the reason, although paged ran with prefix caching on."""
+    assert one_step.caching("paged")
+    assert one_step.trace_summary["prefix_reuse"]["method"].startswith("none")
+    assert plot_prefix_cache(one_step) is None
+    assert "no shared content" in str(skip_reason(one_step))
