@@ -128,6 +128,8 @@ def headline(info: dict[str, Any], config: dict[str, Any], trace: dict[str, Any]
     if setup:
         lines.append("Setup: " + "; ".join(setup) + ".")
     lines.append("Allocators: " + ", ".join(allocators) + ".")
+    if trace.get("tokens_estimated"):
+        lines.append(f"Token counts are estimated, not measured: {trace.get('tokenizer')}.")
     return lines
 
 

@@ -6,6 +6,7 @@ from reports.tables import (
     findings,
     flat_rows,
     format_value,
+    headline,
     occupied_shares,
     summary_rows,
 )
@@ -65,3 +66,13 @@ def test_vllm_names_are_not_shown_twice() -> None:
     rows = {label: cells for label, _, cells in summary_rows({"a": entry})}
     assert "mean_ttft_ms" not in rows and rows["std_ttft_ms"] == ["12.2 ms"]
     assert rows["TTFT mean"] == ["500 ms"]
+
+
+def test_headline_says_when_token_counts_are_estimated() -> None:
+    """A trace summary flagged tokens_estimated puts the estimate in the headline."""
+    trace = {"num_requests": 3, "tokens_estimated": True,
+             "tokenizer": "estimated: 4 characters per token"}
+    lines = headline({}, {}, trace, ["paged"])
+    assert lines[-1] == ("Token counts are estimated, not measured: estimated: 4 characters "
+                         "per token.")
+    assert not any("estimated" in line for line in headline({}, {}, {"num_requests": 3}, ["a"]))
