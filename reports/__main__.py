@@ -1,10 +1,13 @@
 """``python -m reports RESULT_DIR [RESULT_DIR ...] [--out DIR] [--format png|svg] [--slo S]``.
 
 Each result directory (written by ``simulate.py``) gets its report.html, report.md and plots/;
-a sweep directory (holding sweep.parquet) gets the sweep report; several result directories
-also get a comparison report (latency vs rate, waste vs block size) in ``--out`` or in
-``comparison/`` beside them. Prints the path of every report written. A missing or malformed
-result file: one line on stderr naming it, exit code 2.
+a sweep directory (holding sweep.parquet) gets the sweep report and a capacity-search
+directory (capacity.json, from ``python -m sim.sweep --capacity``) the capacity report;
+several result directories also get a comparison report (latency vs rate, waste vs block
+size) in ``--out`` or in ``comparison/`` beside them, but only when they differ in sweep axes
+alone (checked before anything is written). Prints the path of every report written. A
+missing or malformed result file, or runs that cannot be merged: one line on stderr naming
+the file or the field, exit code 2.
 """
 from __future__ import annotations
 
@@ -38,21 +41,37 @@ def run_out(out: Path | None, source: Path, index: int, many: bool) -> Path | No
     return out / f"{index:02d}_{source.resolve().name}" if many else out
 
 
+def build_one(source: Path, out: Path | None, fmt: str, slo: float) -> list[Path]:
+    """The report(s) of one directory: a run, a sweep, a capacity search (or both last)."""
+    from reports.build import build_run_report
+    from reports.capacity import is_capacity_dir
+    from reports.capacity_report import build_capacity
+    from reports.sweep_report import build_sweep
+
+    if (source / S.SUMMARY_FILE).is_file():
+        return [build_run_report(source, out, fmt)]
+    has_sweep = (source / S.SWEEP_FILE).is_file()
+    paths = [build_sweep([source], out, fmt, slo)] if has_sweep or not is_capacity_dir(source) \
+        else []
+    if is_capacity_dir(source):
+        paths.append(build_capacity(source, out, fmt, "capacity_report" if has_sweep else "report"))
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build every report; returns the exit code."""
     args = parse_args(argv)
-    from reports.build import build_run_report
+    from reports.merge import check_mergeable
     from reports.sweep_report import build_sweep
 
     runs = [d for d in args.dirs if (d / S.SUMMARY_FILE).is_file()]
+    many = len(args.dirs) > 1
     try:
+        check_mergeable(runs)   # before anything is written
         for index, source in enumerate(args.dirs):
-            if source in runs or not (source / S.SWEEP_FILE).is_file():
-                path = build_run_report(source, run_out(args.out, source, index,
-                                                        len(args.dirs) > 1), args.format)
-            else:
-                path = build_sweep([source], args.out, args.format, args.slo)
-            print(path)
+            out = run_out(args.out, source, index, many) if many or source in runs else args.out
+            for path in build_one(source, out, args.format, args.slo):
+                print(path)
         if len(runs) > 1:
             print(build_sweep(runs, args.out, args.format, args.slo))
     except ReportError as exc:

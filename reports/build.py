@@ -1,9 +1,9 @@
 """Assemble a run report: draw every figure, save the images, write report.html and report.md.
 
 ``build_run_report`` handles one result directory (reports/sweep_report.py does sweeps).
-Figures that do not apply (no prefix caching) are listed as not drawn, with the reason,
-instead of appearing empty. All files are written atomically, images under ``plots/`` beside
-the two reports.
+Figures that do not apply (no prefix caching, or a trace without shared content) are listed as
+not drawn, with the reason, instead of appearing empty. All files are written atomically,
+images under ``plots/`` beside the two reports.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from reports.captions import GLOSSARY, RUN_FIGURES
 from reports.fragmentation import plot_fragmentation_cdfs
 from reports.latency import plot_latency_cdfs
 from reports.memory import plot_memory_timeline, plot_waste_bars
-from reports.prefix import plot_prefix_cache
+from reports.prefix import plot_prefix_cache, skip_reason
 from reports.readers import RunResults, load_run
 from reports.style import FORMATS, save_figure, write_text
 from reports.tables import findings, flat_rows, headline, summary_rows
@@ -28,13 +28,14 @@ from reports.tables import findings, flat_rows, headline, summary_rows
 PLOTS_DIR = "plots"
 HTML_FILE = "report.html"
 MD_FILE = "report.md"
-RUN_PLOTS: dict[str, tuple[Callable[[RunResults], Figure | None], str]] = {
-    "waste_bars": (plot_waste_bars, ""),
-    "memory_timeline": (plot_memory_timeline, ""),
-    "fragmentation_cdfs": (plot_fragmentation_cdfs, ""),
-    "batch_size": (plot_batch_size, ""),
-    "latency_cdfs": (plot_latency_cdfs, ""),
-    "prefix_cache": (plot_prefix_cache, "prefix caching was off for every allocator"),
+RUN_PLOTS: dict[str, tuple[Callable[[RunResults], Figure | None],
+                           Callable[[RunResults], str | None]]] = {
+    "waste_bars": (plot_waste_bars, lambda run: None),
+    "memory_timeline": (plot_memory_timeline, lambda run: None),
+    "fragmentation_cdfs": (plot_fragmentation_cdfs, lambda run: None),
+    "batch_size": (plot_batch_size, lambda run: None),
+    "latency_cdfs": (plot_latency_cdfs, lambda run: None),
+    "prefix_cache": (plot_prefix_cache, skip_reason),
 }
 
 
@@ -59,8 +60,8 @@ def draw(slug: str, fig: Figure | None, out: Path, fmt: str, titles: dict[str, t
 
 def run_figures(run: RunResults, out: Path, fmt: str) -> list[H.FigureEntry]:
     """Draw and save every run figure; one entry per figure, drawn or not."""
-    return [draw(slug, fn(run), out, fmt, RUN_FIGURES, note)
-            for slug, (fn, note) in RUN_PLOTS.items()]
+    return [draw(slug, fn(run), out, fmt, RUN_FIGURES, reason(run) or "")
+            for slug, (fn, reason) in RUN_PLOTS.items()]
 
 
 def build_run_report(result_dir: Path, out_dir: Path | None, fmt: str = "png") -> Path:

@@ -24,9 +24,10 @@ GLOSSARY = (
      "request with the same prefix, or evicted when space is needed.")),
     ("Free", "the rest of the KV capacity."),
     ("TTFT / TPOT", ("time to first token = first token - arrival; time per output token = "
-     "(end-to-end - TTFT) / (output tokens - 1), for requests with more than one output token.")),
+     "(end-to-end - TTFT) / (output tokens - 1), for requests with more than one output token; "
+     "in milliseconds, as vllm bench serve reports them.")),
     ("Normalised latency", ("end-to-end latency / output tokens, averaged over requests "
-     "(s/token): the PagedAttention paper's main latency metric.")),
+     "(ms per output token): the PagedAttention paper's main latency metric.")),
     ("Batch size", ("requests running at once; memory not wasted turns into a larger batch and "
      "higher throughput.")),
 )
@@ -54,21 +55,25 @@ RUN_FIGURES = {
         "line is the run's duration-weighted mean batch size.")),
     "latency_cdfs": (
         "Latency distributions",
-        ("CDFs over finished requests of TTFT, TPOT and normalised latency; a curve further left "
-        "is faster. Queueing for memory shows up mostly in TTFT and normalised latency.")),
+        ("CDFs over finished requests of TTFT, TPOT and normalised latency, in milliseconds; a "
+        "curve further left is faster. The dot on each curve is its median (p50), the diamond "
+        "its p99. Queueing for memory shows up mostly in TTFT and normalised latency.")),
     "prefix_cache": (
         "Prefix cache hit rate",
         ("Share of looked-up prompt tokens served from the prefix cache, per time bin (top) and "
-        "cumulative since the start (bottom), for allocators with prefix caching on.")),
+        "cumulative since the start (bottom), for allocators with prefix caching on. A request "
+        "re-admitted after preemption finds its own blocks still cached and those hits count, "
+        "so the achieved rate can sit above the ideal line (first admissions only).")),
 }
 
 SWEEP_FIGURES = {
     "latency_vs_rate": (
         "Normalised latency vs request rate",
-        ("Mean normalised latency at each request rate, one curve per allocator, as in the "
-        "PagedAttention paper's Fig. 12. The dotted vertical lines mark each allocator's "
+        ("Mean normalised latency (ms/token) at each request rate, one curve per allocator, as "
+        "in the PagedAttention paper's Fig. 12. The dotted vertical lines mark each allocator's "
         "capacity: the highest rate before its latency crosses the SLO (grey dashed line). "
-        "Latencies far above the SLO run off the top of the plot.")),
+        "The y axis stops at 5 SLOs; a point above it is a triangle on the top edge with its "
+        "value printed. A rate grid of equal ratios is drawn on a log axis.")),
     "waste_vs_block_size": (
         "KV waste vs block size",
         ("Share of occupied KV memory that is wasted (reserved plus internal and external "

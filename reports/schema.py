@@ -91,6 +91,14 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "leaked_blocks": ("Leaked blocks", "blocks", "int"),
     "wall_s": ("Simulation wall time", "s", "float"),
 }
+# vllm bench serve's names for summary keys above: shown once, under the key above
+VLLM_ALIASES = {
+    "completed": "num_finished", "request_throughput": "throughput_req_s",
+    "output_throughput": "throughput_tok_s", "mean_ttft_ms": "ttft_mean_s",
+    "median_ttft_ms": "ttft_p50_s", "p50_ttft_ms": "ttft_p50_s", "p99_ttft_ms": "ttft_p99_s",
+    "mean_tpot_ms": "tpot_mean_s", "p99_tpot_ms": "tpot_p99_s", "mean_e2el_ms": "e2el_mean_s",
+    "p99_e2el_ms": "e2el_p99_s",
+}
 # summary fractions in MEMORY_CATEGORIES order
 SUMMARY_FRACTIONS = (
     ("token_states", "kv_token_states_frac"),

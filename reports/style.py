@@ -17,7 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import PercentFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
 
 ALLOCATOR_COLORS = {
     "paged": "#1f77b4",          # blue
@@ -72,6 +72,22 @@ def new_figure(nrows: int = 1, ncols: int = 1, *, height: float | None = None,
 def percent_axis(axis: Axis) -> None:
     """Show an axis whose data are percentages (0-100) with a % sign."""
     axis.set_major_formatter(PercentFormatter(100.0, decimals=0))
+
+
+def plain_number(value: float) -> str:
+    """A tick label without powers of ten: 0.05, 1, 20, 500, 2,000."""
+    if value >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:g}"
+
+
+def plain_log_ticks(axis: Axis, span: float) -> None:
+    """Log-axis ticks written as plain numbers, as many per decade as fit in a panel: 1-2-5
+    over two decades at most, 1-3 up to 2.5 decades, else one per decade."""
+    subs = (1.0, 2.0, 5.0) if span <= 1e2 else (1.0, 3.0) if span <= 10**2.5 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: plain_number(v)))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def save_figure(fig: Figure, path: Path, fmt: str) -> Path:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from reports import schema as S
 from reports.errors import ReportError
+from reports.merge import check_mergeable, run_context
 from reports.readers import read_json
 
 
@@ -25,24 +26,41 @@ def load_sweep(sources: list[Path]) -> pd.DataFrame:
     """The sweep table of one sweep directory (or sweep.parquet) or several result dirs.
 
     Failed cells are dropped (their count is in ``table.attrs["failed_cells"]``); a
-    ``request_rate`` column (req/s) is added from each cell's trace summary when present.
+    ``request_rate`` column (req/s) is added from each cell's trace summary when present;
+    ``table.attrs["context"]`` holds the trace, model and GPU (merge.run_context).
 
     Raises:
-        ReportError: a missing or malformed source (the message names the file).
+        ReportError: a missing or malformed source, or result directories that differ in
+            something other than a sweep axis (the message names the file or the field).
     """
     if len(sources) == 1 and not (sources[0] / S.SUMMARY_FILE).is_file():
         path = sources[0]
         file = path if path.suffix == ".parquet" else path / S.SWEEP_FILE
-        return _read_sweep_file(file)
+        table = _read_sweep_file(file)
+        table.attrs["context"] = _cells_context(file.parent, table)
+        return table
+    check_mergeable(sources)
     table = pd.DataFrame([row for source in sources for row in _rows_of_run(source)])
     table.attrs["failed_cells"] = 0
+    table.attrs["context"] = run_context(read_json(sources[0] / S.CONFIG_FILE))
     return table
+
+
+def _cells_context(root: Path, table: pd.DataFrame) -> dict[str, str]:
+    """Trace, model and GPU from the first cell that has a config.json."""
+    cells = table[S.SWEEP_CELL].unique() if S.SWEEP_CELL in table.columns else []
+    for cell in cells:
+        config = root / S.SWEEP_CELLS_DIR / str(cell) / S.CONFIG_FILE
+        if config.is_file():
+            return run_context(read_json(config))
+    return {}
 
 
 def _read_sweep_file(file: Path) -> pd.DataFrame:
     if not file.is_file():
-        raise ReportError(f"{file}: file not found (expected a sweep directory holding "
-                          f"{S.SWEEP_FILE}, or result directories)")
+        raise ReportError(f"{file}: file not found (expected a result directory, a sweep "
+                          f"directory holding {S.SWEEP_FILE}, or a capacity search holding "
+                          "capacity.json)")
     try:
         table = pq.read_table(file).to_pandas()
     except (OSError, pa.ArrowException) as exc:
@@ -135,7 +153,7 @@ def fix_other_axes(table: pd.DataFrame, varying: str) -> tuple[pd.DataFrame, str
     """
     notes = []
     rates = [c for c in S.SWEEP_RATE_COLUMNS if c in table.columns]
-    params = [c for c in (S.SWEEP_BLOCK_SIZE, *rates[:1], "model", "gpu")
+    params = [c for c in (S.SWEEP_BLOCK_SIZE, *rates[:1], "trace", "model", "gpu")
               if c in table.columns and c != varying
               and not (varying in S.SWEEP_RATE_COLUMNS and c in S.SWEEP_RATE_COLUMNS)]
     for column in params:

@@ -17,10 +17,11 @@ from reports import md_report as M
 from reports import schema as S
 from reports.build import HTML_FILE, MD_FILE, check_format, draw
 from reports.captions import SWEEP_FIGURES
+from reports.merge import context_line
 from reports.style import write_text
 from reports.sweep import capacity_table, capacity_text, load_sweep, param_label, rate_column
 from reports.sweep_plots import plot_latency_vs_rate, plot_waste_vs_block_size
-from reports.tables import Row, format_value
+from reports.tables import Row, format_value, shown_unit
 
 MAX_ROWS = 300
 METRICS = ("norm_latency_mean_s", "throughput_req_s", "mean_batch_size", "kv_token_states_frac",
@@ -68,8 +69,9 @@ def build_sweep(sources: list[Path], out_dir: Path | None, fmt: str = "png",
 
 
 def _lead(table: pd.DataFrame, slo: float) -> list[str]:
-    lead = [(f"{len(table)} results of {table[S.ALLOCATOR].nunique()} allocator(s). Capacity is "
-            f"the highest request rate whose mean normalised latency stays <= {slo:g} s/token.")]
+    lead = [(f"{len(table)} results of {table[S.ALLOCATOR].nunique()} allocator(s) "
+             f"({context_line(table.attrs.get('context') or {})}). Capacity is the highest "
+             f"request rate whose mean normalised latency stays <= {1000.0 * slo:g} ms/token.")]
     if table.attrs.get("failed_cells"):
         lead.append(f"{table.attrs['failed_cells']} failed cell(s) left out "
                     "(their errors are in sweep.parquet).")
@@ -85,8 +87,9 @@ def result_rows(table: pd.DataFrame) -> tuple[list[str], list[Row]]:
     metrics = [k for k in METRICS if k in table.columns]
     header = [param_label(p) for p in params]
     for key in metrics:
-        label, unit, _ = S.SUMMARY_KEYS[key]
-        header.append(f"{label} ({unit})" if unit else label)
+        label, unit, kind = S.SUMMARY_KEYS[key]
+        shown = shown_unit(unit, kind)
+        header.append(f"{label} ({shown})" if shown else label)
     rows: list[Row] = []
     for _, row in table.head(MAX_ROWS).iterrows():
         cells = [format_value(row[p]) for p in params]

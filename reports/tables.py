@@ -3,7 +3,8 @@
 The summary table has one row per summary key (label and unit from reports/schema.py) and one
 column per allocator; configuration and trace summary are flattened to ``key: value`` rows
 (nested objects as dotted keys). Numbers are formatted for reading, not for round trips:
-times in s or ms, fractions as percentages, counts with thousands separators.
+latencies always in ms (as vllm bench serve prints them), durations in s, fractions as
+percentages, counts with thousands separators.
 """
 from __future__ import annotations
 
@@ -15,8 +16,16 @@ from reports import schema as S
 Row = tuple[str, str, list[str]]   # (label, unit, one cell per column)
 
 
+def format_ms(ms: float) -> str:
+    """A latency in milliseconds: "25.4 ms", "3,456 ms", "0.412 ms"."""
+    if abs(ms) >= 100:
+        return f"{ms:,.0f} ms"
+    return f"{ms:.1f} ms" if abs(ms) >= 1 else f"{ms:.3g} ms"
+
+
 def format_value(value: Any, kind: str = "auto") -> str:
-    """A summary value for people (None: "n/a")."""
+    """A summary value for people (None: "n/a"). Kinds: "time" (seconds, shown in ms),
+    "ms" (already ms), "pct" (a fraction), "int", "float", "auto"."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -25,10 +34,8 @@ def format_value(value: Any, kind: str = "auto") -> str:
         return f"{100.0 * value:.1f}%"
     if kind == "int" or (kind == "auto" and isinstance(value, int)):
         return f"{int(value):,}"
-    if kind == "time" and abs(value) < 1.0:
-        return f"{1000.0 * value:.1f} ms" if abs(value) >= 1e-3 else f"{1e6 * value:.0f} us"
-    if kind == "time":
-        return f"{value:,.0f} s" if abs(value) >= 100 else f"{value:.3g} s"
+    if kind in ("time", "ms"):
+        return format_ms(1000.0 * value if kind == "time" else float(value))
     return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
@@ -38,8 +45,8 @@ def summary_rows(summary: dict[str, dict[str, Any]],
     names = list(summary)
     keys = list(S.SUMMARY_KEYS)
     for entry in summary.values():
-        keys += [k for k in entry if k not in keys]
-    rows = [_row(S.SUMMARY_KEYS.get(key, (key, "", "auto")),
+        keys += [k for k in entry if k not in keys and S.VLLM_ALIASES.get(k) not in entry]
+    rows = [_row(S.SUMMARY_KEYS.get(key, _extra_spec(key)),
                  [summary[n].get(key) for n in names]) for key in keys]
     counters = counters or {}
     for key, spec in S.COUNTER_KEYS.items():
@@ -48,12 +55,21 @@ def summary_rows(summary: dict[str, dict[str, Any]],
     return rows
 
 
+def _extra_spec(key: str) -> tuple[str, str, str]:
+    """Label, unit and kind of a summary key the schema does not list (vLLM's *_ms names)."""
+    return (key, "", "ms") if key.endswith("_ms") else (key, "", "auto")
+
+
+def shown_unit(unit: str, kind: str) -> str:
+    """The unit printed beside a label: latency cells carry "ms" themselves."""
+    if kind in ("time", "ms"):
+        return "per output token" if unit == "s/token" else ""
+    return unit
+
+
 def _row(spec: tuple[str, str, str], values: list[Any]) -> Row:
     label, unit, kind = spec
-    shown_unit = "" if kind == "time" else unit
-    if kind == "time" and unit == "s/token":
-        shown_unit = "per output token"
-    return label, shown_unit, [format_value(v, kind) for v in values]
+    return label, shown_unit(unit, kind), [format_value(v, kind) for v in values]
 
 
 def flat_rows(data: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
@@ -112,6 +128,8 @@ def headline(info: dict[str, Any], config: dict[str, Any], trace: dict[str, Any]
     if setup:
         lines.append("Setup: " + "; ".join(setup) + ".")
     lines.append("Allocators: " + ", ".join(allocators) + ".")
+    if trace.get("tokens_estimated"):
+        lines.append(f"Token counts are estimated, not measured: {trace.get('tokenizer')}.")
     return lines
 
 

@@ -1,6 +1,9 @@
-"""Command line: `python -m traces summary FILE` and `python -m traces fetch NAME`.
+"""Command line: `python -m traces summary [FILE] [options]` and `python -m traces fetch NAME`.
 
-Bad input prints one line to stderr and exits with status 2, like argparse itself.
+`summary` reads a trace file, a vLLM-style dataset (--dataset-name) or the default workload
+with the same workload options simulate.py takes (traces/options.py) and prints its counts,
+rates, lengths and ideal prefix reuse. Bad input prints one line to stderr and exits with
+status 2, like argparse itself.
 """
 from __future__ import annotations
 
@@ -8,46 +11,51 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from traces.errors import TraceError
 from traces.fetch import SOURCES, cache_dir, fetch
-from traces.loader import FORMATS, load_trace
+from traces.options import HelpFormatter, add_trace_options, add_workload_options, spec_from_args
 from traces.summary import summarize
+from traces.workload import load_workload
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m traces", description=__doc__,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = _Parser(prog="python -m traces", description=__doc__,
+                     formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     summ = sub.add_parser("summary", help="print counts, rates, lengths, prefix reuse",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    summ.add_argument("file")
-    summ.add_argument("--format", choices=FORMATS, default=None,
-                      help="trace format (default: detect from content)")
-    summ.add_argument("--sort", action="store_true", help="sort out-of-order timestamps")
-    summ.add_argument("--columns", default=None,
-                      help="generic column map, e.g. arrival=ts,prompt_len=in,output_len=out")
-    summ.add_argument("--time-unit", default=None,
-                      choices=["s", "ms", "us", "ns", "datetime"],
-                      help="unit of a generic arrival column (default: s, or datetime)")
+                          description="Summarise a trace file, a vLLM-style dataset or the "
+                                      "default workload, after the same options simulate.py "
+                                      "applies.",
+                          formatter_class=HelpFormatter)
+    summ.add_argument("file", nargs="?", default=None,
+                      help="trace file (omitted: --dataset-name, else the default workload)")
+    add_trace_options(summ)
+    add_workload_options(summ)
     summ.add_argument("--block-size", type=int, default=16, help="block size for prefix reuse")
     summ.add_argument("--json", action="store_true", help="print JSON instead of text")
     get = sub.add_parser("fetch", help="download a public trace and check its sha256",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                         formatter_class=HelpFormatter)
     get.add_argument("name", choices=sorted(SOURCES))
     get.add_argument("--dest", default=str(cache_dir()), help="directory to save into")
     get.add_argument("--url", default=None, help="download from this address instead")
     return parser
 
 
-def _column_map(text: str | None) -> dict[str, str] | None:
-    if text is None:
-        return None
-    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
-    if any(len(p) != 2 or not p[0].strip() or not p[1].strip() for p in pairs):
-        raise TraceError(f"--columns: expected field=column pairs, got {text!r}")
-    return {k.strip(): v.strip() for k, v in pairs}
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors; a TraceError from an option's type is one too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def option_names() -> set[str]:
+    """Every option `python -m traces` accepts (messages may name only these)."""
+    parser = _parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {flag for sub in subs.choices.values() for action in sub._actions
+            for flag in action.option_strings}
 
 
 def _fmt(value: Any) -> str:
@@ -71,13 +79,13 @@ def render(summary: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
     try:
+        args = parser.parse_args(argv)
         if args.command == "fetch":
             print(fetch(args.name, args.dest, args.url))
             return 0
-        trace = load_trace(args.file, args.format, sort=args.sort,
-                           column_map=_column_map(args.columns), time_unit=args.time_unit)
+        trace = load_workload(spec_from_args(args))
         summary = summarize(trace, block_size=args.block_size)
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)

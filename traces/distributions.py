@@ -36,9 +36,16 @@ def gamma_arrivals(
                          f"{rate}, {cv})")
     if num_requests == 0:
         return np.zeros(0)
-    shape = 1.0 / (cv * cv)
-    gaps = rng.gamma(shape, 1.0 / (rate * shape), size=num_requests - 1)
+    gaps = gamma_gaps(num_requests - 1, rate, 1.0 / (cv * cv), rng=rng)
     return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+def gamma_gaps(
+    count: int, rate: float, shape: float, *, rng: np.random.Generator
+) -> npt.NDArray[np.float64]:
+    """`count` inter-arrival gaps ~ Gamma(shape, scale = 1 / (rate * shape)): mean 1/rate,
+    coefficient of variation 1/sqrt(shape) (shape 1 is Poisson; vLLM calls it burstiness)."""
+    return np.asarray(rng.gamma(shape, 1.0 / (rate * shape), size=count), dtype=np.float64)
 
 
 def poisson_arrivals(

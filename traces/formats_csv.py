@@ -15,8 +15,18 @@ from typing import Any
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped,unused-ignore]
 
-from traces.columns import Columns, FloatArray, build_trace, number_column, require_columns
+from traces.columns import (
+    SERVING_FIELDS,
+    Columns,
+    FloatArray,
+    build_trace,
+    length_column,
+    number_column,
+    require_columns,
+    serving_columns,
+)
 from traces.errors import TraceError
+from traces.limits import MAX_SAMPLES, MAX_TOKENS
 from traces.model import Trace
 from traces.rawfile import RawFile
 from traces.tokens import IntArray
@@ -95,8 +105,8 @@ def arrival_column(
                               and pd.to_numeric(series, errors="coerce").isna().all()):
         return datetime_seconds(raw, series, lines, name)
     if unit is not None and unit not in TIME_UNITS:
-        raise TraceError(f"{raw.path}: unknown time unit {unit!r} "
-                         f"(choose from {sorted(TIME_UNITS)} or 'datetime')")
+        raise TraceError(f"{raw.path}: --time-unit {unit}: unknown (choose from "
+                         f"{', '.join(TIME_UNITS)} or datetime)")
     vals = number_column(raw, series, lines, name, integer=False, minimum=-np.inf)
     return np.asarray(vals * TIME_UNITS[unit or "s"], dtype=np.float64)
 
@@ -109,10 +119,8 @@ def load_azure(raw: RawFile, *, sort: bool, seed: int = 0) -> Trace:
     fmt = "azure-2024" if _TZ_SUFFIX.search(first) else "azure-2023"
     cols = Columns(
         fmt, datetime_seconds(raw, df["TIMESTAMP"], lines, "TIMESTAMP"),
-        number_column(raw, df["ContextTokens"], lines, "ContextTokens", integer=True,
-                      minimum=1),
-        number_column(raw, df["GeneratedTokens"], lines, "GeneratedTokens", integer=True,
-                      minimum=1),
+        length_column(raw, df["ContextTokens"], lines, "ContextTokens"),
+        length_column(raw, df["GeneratedTokens"], lines, "GeneratedTokens"),
         lines, "TIMESTAMP", num_rows=len(df))
     return build_trace(raw, cols, sort=sort, seed=seed)
 
@@ -123,10 +131,8 @@ def load_burstgpt(raw: RawFile, *, sort: bool, seed: int = 0) -> Trace:
     require_columns(raw, list(df.columns), BURSTGPT_COLUMNS)
     arrival = number_column(raw, df["Timestamp"], lines, "Timestamp", integer=False,
                             minimum=0)
-    prompt = number_column(raw, df["Request tokens"], lines, "Request tokens", integer=True,
-                           minimum=0)
-    output = number_column(raw, df["Response tokens"], lines, "Response tokens",
-                           integer=True, minimum=0)
+    prompt = length_column(raw, df["Request tokens"], lines, "Request tokens", minimum=0)
+    output = length_column(raw, df["Response tokens"], lines, "Response tokens", minimum=0)
     failed = output == 0
     empty = (prompt == 0) & ~failed
     keep = ~(failed | empty)
@@ -139,7 +145,7 @@ def load_burstgpt(raw: RawFile, *, sort: bool, seed: int = 0) -> Trace:
 
 
 MAP_KEYS = ("arrival", "prompt_len", "output_len", "request_id", "session_id", "turn", "n",
-            "beam_width")
+            "beam_width", *SERVING_FIELDS)
 
 
 def check_column_map(raw: RawFile, column_map: Mapping[str, str]) -> dict[str, str]:
@@ -147,11 +153,11 @@ def check_column_map(raw: RawFile, column_map: Mapping[str, str]) -> dict[str, s
     cmap = {("arrival" if k == "arrival_s" else k): v for k, v in column_map.items()}
     unknown = sorted(set(cmap) - set(MAP_KEYS))
     if unknown:
-        raise TraceError(f"{raw.path}: unknown column_map key {unknown[0]!r} "
+        raise TraceError(f"{raw.path}: --columns: unknown field {unknown[0]!r} "
                          f"(known: {', '.join(MAP_KEYS)})")
     for need in ("prompt_len", "output_len"):
         if need not in cmap:
-            raise TraceError(f"{raw.path}: column_map needs a '{need}' entry")
+            raise TraceError(f"{raw.path}: --columns needs {need}=COL")
     return cmap
 
 
@@ -166,10 +172,8 @@ def mapped_columns(
     arrival = (arrival_column(raw, df[cmap["arrival"]], lines, cmap["arrival"], time_unit)
                if "arrival" in cmap else np.zeros(size))
     cols = Columns(fmt, arrival,
-                   number_column(raw, df[cmap["prompt_len"]], lines, cmap["prompt_len"],
-                                 integer=True, minimum=1),
-                   number_column(raw, df[cmap["output_len"]], lines, cmap["output_len"],
-                                 integer=True, minimum=1),
+                   length_column(raw, df[cmap["prompt_len"]], lines, cmap["prompt_len"]),
+                   length_column(raw, df[cmap["output_len"]], lines, cmap["output_len"]),
                    lines, cmap.get("arrival", "arrival"), num_rows=size)
     if "arrival" not in cmap:
         cols.notes.append("no arrival column: all requests arrive at time 0")
@@ -178,10 +182,13 @@ def mapped_columns(
         cols.id_field = cmap["request_id"]
     if "session_id" in cmap:
         cols.extra["session_ids"] = df[cmap["session_id"]].astype(str).to_numpy(np.str_)
-    for key, dest, low in (("turn", "turns", 0), ("n", "n", 1), ("beam_width", "beam_width", 1)):
+    for key, dest, low, high in (("turn", "turns", 0, MAX_TOKENS), ("n", "n", 1, MAX_SAMPLES),
+                                 ("beam_width", "beam_width", 1, MAX_SAMPLES)):
         if key in cmap:
             cols.extra[dest] = number_column(raw, df[cmap[key]], lines, cmap[key],
-                                             integer=True, minimum=low)
+                                             integer=True, minimum=low, maximum=high)
+    cols.extra.update(serving_columns(raw, {k: df[cmap[k]] for k in SERVING_FIELDS if k in cmap},
+                                      lines))
     return cols
 
 

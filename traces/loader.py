@@ -27,7 +27,8 @@ from traces.formats_json import (
 )
 from traces.model import Trace
 from traces.rawfile import RawFile, read_raw
-from traces.sharegpt import Tokenizer, load_sharegpt
+from traces.sharegpt import load_sharegpt
+from traces.tokenizer import Tokenizer
 
 FORMATS = ("azure", "burstgpt", "mooncake", "token-jsonl", "vllm", "sharegpt", "csv", "jsonl")
 _ALIASES = {"azure-2023": "azure", "azure-2024": "azure", "azure2023": "azure",
@@ -64,8 +65,8 @@ def _json_format(raw: RawFile, first: str, has_map: bool) -> str:
     if has_map and not first.startswith("["):
         return "jsonl"
     raise TraceError(f"{raw.path}:1: cannot detect the JSON trace format (keys "
-                     f"{sorted(keys)[:8]}); expected one of {[k for k, _ in _KEY_FORMATS]}, "
-                     "or pass format= / column_map")
+                     f"{sorted(keys)[:8]}); expected one of {[k for k, _ in _KEY_FORMATS]}; "
+                     "give --format, or --columns NAME=COL,... for another layout")
 
 
 def _csv_format(raw: RawFile, first: str, has_map: bool) -> str:
@@ -81,11 +82,11 @@ def _csv_format(raw: RawFile, first: str, has_map: bool) -> str:
         missing = [c for c in known if c not in header]
         if len(missing) < len(known) or any(c.lower() in lower for c in known):
             raise TraceError(f"{raw.path}:1: field '{missing[0]}': missing column (header "
-                             f"has {header[:8]}); pass format= or column_map if this is "
-                             "another format")
+                             f"has {header[:8]}); give --format, or --columns NAME=COL,... "
+                             "if this is another layout")
     raise TraceError(f"{raw.path}:1: cannot detect the CSV trace format from header "
                      f"{header[:8]} (Azure needs {AZURE_COLUMNS}, BurstGPT "
-                     f"{BURSTGPT_COLUMNS}); pass format= or column_map")
+                     f"{BURSTGPT_COLUMNS}); give --format, or --columns NAME=COL,...")
 
 
 def detect_format(raw: RawFile, has_map: bool = False) -> str:
@@ -108,8 +109,10 @@ def load_trace(
         format: one of FORMATS, or None to detect from content.
         sort: sort rows by arrival instead of rejecting out-of-order timestamps.
         column_map: {field: column} for generic CSV/JSONL; fields arrival, prompt_len,
-            output_len, and optional request_id, session_id, turn, n, beam_width.
-        tokenizer: str -> token ids, needed for ShareGPT text.
+            output_len, and optional request_id, session_id, turn, n, beam_width,
+            cache_salt, lora_name, priority.
+        tokenizer: str -> token ids for ShareGPT text (traces.tokenizer.load_tokenizer);
+            without one, the character estimate (recorded in the metadata).
         time_unit: unit of a generic arrival column: s, ms, us, ns or datetime.
         seed: seed for derived token ids.
         hash_block_size: tokens per Mooncake hash id.
@@ -121,7 +124,8 @@ def load_trace(
     fmt = format.lower() if format else detect_format(raw, column_map is not None)
     fmt = _ALIASES.get(fmt, fmt)
     if fmt in ("csv", "jsonl") and column_map is None:
-        raise TraceError(f"{raw.path}: format '{fmt}' needs a column_map")
+        raise TraceError(f"{raw.path}: --format {fmt} needs --columns NAME=COL,... (at least "
+                         "prompt_len=COL,output_len=COL)")
     if fmt == "azure":
         return load_azure(raw, sort=sort, seed=seed)
     if fmt == "burstgpt":
@@ -138,4 +142,4 @@ def load_trace(
         return load_generic_csv(raw, column_map, sort=sort, seed=seed, time_unit=time_unit)
     if fmt == "jsonl" and column_map is not None:
         return load_generic_jsonl(raw, column_map, sort=sort, seed=seed, time_unit=time_unit)
-    raise TraceError(f"{raw.path}: unknown format {format!r} (choose from {', '.join(FORMATS)})")
+    raise TraceError(f"{raw.path}: --format {format}: unknown (choose from {', '.join(FORMATS)})")

@@ -1,21 +1,21 @@
 """The typed request stream every loader and generator produces.
 
-`TraceRequest` is one validated request; `Trace` holds a whole trace column by column
-in read-only numpy arrays (1M requests cost tens of MB, not a million objects) and
-yields `TraceRequest`s on demand. Token ids are computed per request on demand
-(see tokens.py). Transformations build new `Trace`s; nothing here mutates in place.
+`Trace` holds a whole trace column by column in read-only numpy arrays (1M requests cost
+tens of MB, not a million objects) and yields `TraceRequest`s (records.py) on demand.
+Token ids are computed per request on demand (see tokens.py). Transformations build new
+`Trace`s; nothing here mutates in place.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from traces.checks import validate_columns
+from traces.records import TraceMetadata, TraceRequest
 from traces.tokens import (
     IntArray,
     Segments,
@@ -26,61 +26,12 @@ from traces.tokens import (
     segment_tokens,
 )
 
-
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
-    """One request. Invariants: arrival >= 0 and finite, lengths >= 1, n >= 1,
-    beam_width >= 1, and n <= beam_width when beam search is on (beam_width > 1)."""
-
-    request_id: str
-    arrival_s: float
-    prompt_len: int
-    output_len: int
-    n: int = 1
-    beam_width: int = 1
-    session_id: str | None = None
-    turn: int | None = None
-    line: int | None = None
-
-    def __post_init__(self) -> None:
-        if not self.request_id:
-            raise ValueError("request_id must be a non-empty string")
-        if not np.isfinite(self.arrival_s) or self.arrival_s < 0:
-            raise ValueError(f"{self.request_id}: arrival_s must be finite and >= 0")
-        for name in ("prompt_len", "output_len", "n", "beam_width"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{self.request_id}: {name} must be >= 1")
-        if self.beam_width > 1 and self.n > self.beam_width:
-            raise ValueError(f"{self.request_id}: n > beam_width under beam search")
-        if self.turn is not None and self.turn < 0:
-            raise ValueError(f"{self.request_id}: turn must be >= 0")
-
-
-@dataclass(frozen=True, slots=True)
-class TraceMetadata:
-    """Where a trace came from and what loading or transforming it dropped or changed.
-
-    `num_requests` and `span_s` are always recomputed by `Trace` from its data.
-    """
-
-    source: str | None = None
-    format: str = "memory"
-    span_s: float = 0.0
-    num_requests: int = 0
-    num_rows: int = 0
-    num_skipped: int = 0
-    num_truncated: int = 0
-    sha256: str | None = None
-    notes: tuple[str, ...] = ()
-
-    def with_note(self, note: str, **changes: Any) -> TraceMetadata:
-        """Copy with `note` appended and other fields replaced."""
-        return dataclasses.replace(self, notes=self.notes + (note,), **changes)
-
+__all__ = ["Trace", "TraceMetadata", "TraceRequest"]
 
 _COLUMNS = ("ids", "arrival_s", "prompt_lens", "output_lens", "n", "beam_width",
-            "session_ids", "turns", "lines", "token_src", "seg_first", "seg_count")
-_OPTIONAL = ("session_ids", "turns", "lines", "token_src", "seg_first", "seg_count")
+            "session_ids", "turns", "lines", "token_src", "seg_first", "seg_count",
+            "cache_salts", "lora_names", "priorities")
+_STRINGS = ("session_ids", "cache_salts", "lora_names")
 
 
 def _ro(a: npt.ArrayLike, dtype: Any) -> Any:
@@ -105,9 +56,10 @@ class Trace:
     """An ordered, validated request stream (arrival times non-decreasing).
 
     Columns are read-only arrays: arrival_s (float64), prompt_lens, output_lens, n,
-    beam_width (int64), and optional session_ids (str, "" = none), turns (-1 = none),
-    lines (0 = none). Request ids are `request_ids` (str array, built lazily) or
-    `request_id(i)`; integer ids are kept as int64 internally. Index i is request i in
+    beam_width (int64), and optional session_ids, cache_salts, lora_names (str, "" = none),
+    turns (-1 = none), lines (0 = none), priorities (int64, default 0). Request ids are
+    `request_ids` (str array, built lazily) or `request_id(i)`; integer ids are kept as
+    int64 internally. Index i is request i in
     arrival order. `prefix_lens[i]` is the number of prompt tokens from shared segments.
     """
 
@@ -125,6 +77,9 @@ class Trace:
     token_src: IntArray | None
     seg_first: IntArray | None
     seg_count: IntArray | None
+    cache_salts: npt.NDArray[np.str_] | None
+    lora_names: npt.NDArray[np.str_] | None
+    priorities: IntArray | None
     metadata: TraceMetadata
     seed: int
     vocab_size: int
@@ -141,7 +96,9 @@ class Trace:
         metadata: TraceMetadata | None = None, seed: int = 0, vocab_size: int = 32000,
         store: TokenStore | None = None, token_src: npt.ArrayLike | None = None,
         segments: Segments | None = None, seg_first: npt.ArrayLike | None = None,
-        seg_count: npt.ArrayLike | None = None, check_ids: bool = True,
+        seg_count: npt.ArrayLike | None = None, cache_salts: npt.ArrayLike | None = None,
+        lora_names: npt.ArrayLike | None = None, priorities: npt.ArrayLike | None = None,
+        check_ids: bool = True,
     ) -> None:
         """Build and validate a trace; raises ValueError naming the first bad request.
 
@@ -159,7 +116,9 @@ class Trace:
                               np.int64)
         opt = {"session_ids": (session_ids, np.str_), "turns": (turns, np.int64),
                "lines": (lines, np.int64), "token_src": (token_src, np.int64),
-               "seg_first": (seg_first, np.int64), "seg_count": (seg_count, np.int64)}
+               "seg_first": (seg_first, np.int64), "seg_count": (seg_count, np.int64),
+               "cache_salts": (cache_salts, np.str_), "lora_names": (lora_names, np.str_),
+               "priorities": (priorities, np.int64)}
         for name, (val, dt) in opt.items():
             setattr(self, name, None if val is None else _ro(val, dt))
         self.seed, self.vocab_size, self.store = int(seed), int(vocab_size), store
@@ -199,13 +158,15 @@ class Trace:
         if not -len(self) <= i < len(self):
             raise IndexError(f"request index {i} out of range for {len(self)} requests")
         i = i % len(self)
-        sid = None if self.session_ids is None or not self.session_ids[i] \
-            else str(self.session_ids[i])
+        sid, salt, lora = (None if col is None or not col[i] else str(col[i])
+                           for col in (self.session_ids, self.cache_salts, self.lora_names))
         turn = None if self.turns is None or self.turns[i] < 0 else int(self.turns[i])
         line = None if self.lines is None or self.lines[i] <= 0 else int(self.lines[i])
+        priority = 0 if self.priorities is None else int(self.priorities[i])
         return TraceRequest(str(self.ids[i]), float(self.arrival_s[i]),
                             int(self.prompt_lens[i]), int(self.output_lens[i]),
-                            int(self.n[i]), int(self.beam_width[i]), sid, turn, line)
+                            int(self.n[i]), int(self.beam_width[i]), sid, turn, line,
+                            salt, lora, priority)
 
     def __repr__(self) -> str:
         m = self.metadata
@@ -296,14 +257,18 @@ class Trace:
     def from_requests(cls, requests: Iterable[TraceRequest], **kwargs: Any) -> Trace:
         """Build a Trace from TraceRequest objects (small traces and tests)."""
         reqs = list(requests)
+
+        def opt(name: str, none: Any) -> list[Any] | None:
+            values = [getattr(r, name) for r in reqs]
+            return [none if v is None else v for v in values] \
+                if any(v is not None and v != none for v in values) else None
+
         cols: Mapping[str, Any] = {
             "request_ids": np.array([r.request_id for r in reqs], dtype=np.str_),
             "n": [r.n for r in reqs], "beam_width": [r.beam_width for r in reqs],
-            "session_ids": [r.session_id or "" for r in reqs]
-            if any(r.session_id for r in reqs) else None,
-            "turns": [-1 if r.turn is None else r.turn for r in reqs]
-            if any(r.turn is not None for r in reqs) else None,
-            "lines": [r.line or 0 for r in reqs] if any(r.line for r in reqs) else None,
+            "session_ids": opt("session_id", ""), "turns": opt("turn", -1),
+            "lines": opt("line", 0), "cache_salts": opt("cache_salt", ""),
+            "lora_names": opt("lora_name", ""), "priorities": opt("priority", 0),
         }
         return cls([r.arrival_s for r in reqs], [r.prompt_len for r in reqs],
                    [r.output_len for r in reqs], **cols, **kwargs)

@@ -41,14 +41,25 @@ def _fingerprints(tokens: npt.NDArray[np.int32], block_size: int, salt: np.uint6
     return [int(x) for x in mix64(chained)]
 
 
+def isolation_keys(trace: Trace) -> list[str]:
+    """Per request, the cache namespace: requests share cached blocks only within one
+    (lora_name, cache_salt) pair, as vLLM mixes both into the block hashes."""
+    empty = np.full(len(trace), "", dtype=np.str_)
+    loras = trace.lora_names if trace.lora_names is not None else empty
+    salts = trace.cache_salts if trace.cache_salts is not None else empty
+    return [f"{lora}\x1f{salt}" for lora, salt in zip(loras.tolist(), salts.tolist(),
+                                                       strict=True)]
+
+
 def _reuse_by_tokens(trace: Trace, block_size: int) -> int:
     seen: set[int] = set()
-    salt = key_of(0, "fingerprint")
+    spaces = isolation_keys(trace)
+    salts = {key: key_of(0, "fingerprint" + key) for key in set(spaces)}
     reused = 0
     for i in range(len(trace)):
         prompt = trace.prompt_token_ids(i)
         fps = _fingerprints(np.concatenate([prompt, trace.output_token_ids(i)]), block_size,
-                            salt)
+                            salts[spaces[i]])
         hits = 0
         for fp in fps[: len(prompt) // block_size]:
             if fp not in seen:
@@ -110,7 +121,8 @@ def ideal_prefix_reuse(
     """
     total = int(trace.prompt_lens.sum())
     hashable = (trace.store is not None and trace.store.kind == "hash"
-                and not len(trace.segments) and trace.store.block_size % block_size == 0)
+                and not len(trace.segments) and trace.store.block_size % block_size == 0
+                and trace.cache_salts is None and trace.lora_names is None)
     if method == "auto":
         method = "hash ids" if hashable else "token ids"
         if not trace.has_prefix_structure or total == 0:
@@ -142,6 +154,20 @@ def summarize(trace: Trace, block_size: int = 16) -> dict[str, Any]:
         "num_sessions": 0 if trace.session_ids is None else len(np.unique(trace.session_ids)),
         "num_n_gt_1": int(np.count_nonzero(trace.n > 1)),
         "num_beam_search": int(np.count_nonzero(trace.beam_width > 1)),
-        "has_token_ids": trace.has_token_ids,
+        "has_token_ids": trace.has_token_ids, "tokenizer": m.tokenizer,
+        "tokens_estimated": m.tokens_estimated, **serving_counts(trace),
         "prefix_reuse": ideal_prefix_reuse(trace, block_size), "notes": list(m.notes),
     }
+
+
+def serving_counts(trace: Trace) -> dict[str, int]:
+    """Requests carrying each optional serving field, and how many distinct values."""
+    out: dict[str, int] = {}
+    for key, col in (("cache_salt", trace.cache_salts), ("lora_name", trace.lora_names)):
+        given = col[col != ""] if col is not None else np.zeros(0, dtype=np.str_)
+        out[f"num_with_{key}"] = len(given)
+        out[f"num_distinct_{key}s"] = len(np.unique(given))
+    prio = trace.priorities if trace.priorities is not None else np.zeros(0, dtype=np.int64)
+    out["num_with_priority"] = int(np.count_nonzero(prio))
+    out["num_distinct_priorities"] = len(np.unique(prio)) if len(prio) else 1
+    return out

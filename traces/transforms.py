@@ -11,7 +11,9 @@ import math
 
 import numpy as np
 
+from traces.arrivals import check_span
 from traces.distributions import gamma_arrivals, rng_for
+from traces.errors import TraceError
 from traces.model import Trace
 
 
@@ -34,12 +36,23 @@ def limit(trace: Trace, max_requests: int) -> Trace:
     return trace.take(np.arange(max_requests), metadata=meta)
 
 
-def scale_rate(trace: Trace, factor: float) -> Trace:
-    """Replay at `factor` times the recorded rate (gaps divided by factor)."""
+def scale_rate(trace: Trace, factor: float, *, option: str = "--rate-scale") -> Trace:
+    """Replay at `factor` times the recorded rate (gaps divided by factor).
+
+    Raises:
+        TraceError: factor not positive and finite, or arrivals that would overflow, span
+            more than limits.MAX_SPAN_S or collapse below limits.MIN_SPAN_S; the message
+            names `option` (the command-line option that gave the factor).
+    """
     if not 0 < factor < math.inf:
-        raise ValueError(f"rate factor must be positive and finite, got {factor}")
+        raise TraceError(f"{option} {factor:g}: must be positive and finite (1 replays the "
+                         "trace's own times)")
+    with np.errstate(over="ignore", under="ignore"):
+        arrivals = trace.arrival_s / factor
+    if len(trace) > 1 and trace.metadata.span_s > 0:
+        check_span(float(arrivals[-1] - arrivals[0]), len(trace), option, factor)
     meta = trace.metadata.with_note(f"rate scaled x{factor:g}")
-    return trace.replace(arrival_s=trace.arrival_s / factor, metadata=meta)
+    return trace.replace(arrival_s=arrivals, metadata=meta)
 
 
 def retime(trace: Trace, rate: float, cv: float = 1.0, seed: int = 0) -> Trace:

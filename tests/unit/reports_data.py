@@ -79,3 +79,23 @@ def sweep_dir(factory: pytest.TempPathFactory) -> Path:
         assert code == 0, f"sim.sweep exited {code}"
         _CACHE["sweep"] = out
     return _CACHE["sweep"]
+
+
+def capacity_dir(factory: pytest.TempPathFactory) -> Path:
+    """A real ``python -m sim.sweep --capacity`` directory: paged and max, a loose search."""
+    if "capacity" not in _CACHE:
+        from sim.sweep import main
+
+        root = factory.getbasetemp() / "reports_runs"
+        root.mkdir(parents=True, exist_ok=True)
+        spec = root / "capacity.toml"
+        spec.write_text('[options]\nlimit = 15\nnum_gpu_blocks = 300\nallocators = "paged,max"\n'
+                        "[capacity]\nslo = 0.02\ntolerance = 0.5\nmax_rate_scale = 16\n",
+                        encoding="utf-8")
+        out = root / "capacity_search"
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main([str(spec), "--out", str(out), "--capacity", "--workers", "1",
+                         "--no-progress"])
+        assert code == 0, f"sim.sweep --capacity exited {code}"
+        _CACHE["capacity"] = out
+    return _CACHE["capacity"]

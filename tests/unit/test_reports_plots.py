@@ -6,15 +6,20 @@ prefix caching and a run of a single engine step.
 """
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from reports import schema as S
 from reports.batch import plot_batch_size
 from reports.fragmentation import plot_fragmentation_cdfs
 from reports.latency import plot_latency_cdfs, request_latencies
 from reports.memory import plot_memory_timeline, plot_waste_bars
-from reports.prefix import plot_prefix_cache
+from reports.prefix import plot_prefix_cache, skip_reason
 from reports.readers import RunResults, load_run
 from reports.style import ALLOCATOR_COLORS, allocator_color
 from reports.tables import occupied_shares
@@ -110,17 +115,59 @@ def test_batch_size_marks_the_mean(run: RunResults, figures: dict[str, Figure]) 
     assert fig.get_supylabel() == "Running requests"
 
 
+def curves(ax: Axes) -> list[Line2D]:
+    """The CDF lines of a panel (markers are drawn as lines labelled "_...")."""
+    return [line for line in ax.lines if not line.get_label().startswith("_")]
+
+
 def test_latency_cdfs_cover_every_finished_request(run: RunResults,
                                                     figures: dict[str, Figure]) -> None:
-    """TTFT, TPOT, normalised latency panels; one line per allocator; means match summary."""
+    """TTFT, TPOT, normalised latency panels in ms; one line per allocator; the CDFs end at
+    the largest latency in ms; means match the summary."""
     fig = figures["latency"]
     assert [ax.get_xlabel() for ax in fig.axes] == [
-        "TTFT (s)", "TPOT (s/token)", "End-to-end latency / output tokens (s/token)"]
-    assert all([line.get_label() for line in ax.lines] == ALL for ax in fig.axes)
+        "TTFT (ms)", "TPOT (ms/token)", "End-to-end latency / output tokens (ms/token)"]
+    assert all([line.get_label() for line in curves(ax)] == ALL for ax in fig.axes)
     for name in ALL:
         values = request_latencies(run.requests_of(name))
         assert values["ttft"].mean() == pytest.approx(run.summary[name]["ttft_mean_s"])
         assert values["norm"].mean() == pytest.approx(run.summary[name]["norm_latency_mean_s"])
+    ttft = {line.get_label(): line for line in curves(fig.axes[0])}
+    for name in ALL:
+        top = 1000.0 * request_latencies(run.requests_of(name))["ttft"].max()
+        assert ttft[name].get_xdata()[-1] == pytest.approx(top)
+
+
+def test_latency_cdfs_mark_p50_and_p99(run: RunResults, figures: dict[str, Figure]) -> None:
+    """Each curve has a dot at (p50 in ms, 0.5) and a diamond at (p99 in ms, 0.99) in its
+    colour; the legend explains both markers."""
+    fig = figures["latency"]
+    for ax, key in zip(fig.axes, ("ttft", "tpot", "norm")):
+        for name in ALL:
+            ms = 1000.0 * request_latencies(run.requests_of(name))[key]
+            for pct, marker in ((50, "o"), (99, "D")):
+                mark = [line for line in ax.lines
+                        if line.get_label() == f"_p{pct} {name}"]
+                assert len(mark) == 1 and mark[0].get_marker() == marker
+                assert mark[0].get_xdata()[0] == pytest.approx(np.percentile(ms, pct))
+                assert mark[0].get_ydata()[0] == pct / 100
+                assert mark[0].get_color() == ALLOCATOR_COLORS[name]
+    assert legend_texts(fig)[-2:] == ["p50 of each curve", "p99 of each curve"]
+
+
+def test_latency_ticks_are_plain_numbers(figures: dict[str, Figure]) -> None:
+    """Log axes are labelled 10, 100, 1,000 (no powers of ten), and labels do not overlap."""
+    fig = figures["latency"]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+        lo, hi = ax.get_xlim()
+        shown = [t for t in labels if lo <= t.get_position()[0] <= hi]
+        assert len(shown) >= 3
+        assert all("$" not in t.get_text() and "e" not in t.get_text() for t in shown)
+        boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
+        assert all(a.x1 <= b.x0 for a, b in itertools.pairwise(boxes))
 
 
 def test_prefix_cache_plots_only_caching_allocators(run: RunResults,
@@ -143,7 +190,7 @@ def test_one_allocator_without_caching(single: RunResults) -> None:
     assert plot_prefix_cache(single) is None
     assert len(plot_memory_timeline(single).axes) == 1
     assert len(plot_batch_size(single).axes) == 1
-    assert [line.get_label() for line in plot_latency_cdfs(single).axes[0].lines] == ["max"]
+    assert [line.get_label() for line in curves(plot_latency_cdfs(single).axes[0])] == ["max"]
     assert len(plot_waste_bars(single).axes[0].patches) == len(S.OCCUPIED_CATEGORIES)
 
 
@@ -164,5 +211,20 @@ def test_allocator_colours_are_fixed_across_figures(figures: dict[str, Figure]) 
     assert len(set(ALLOCATOR_COLORS.values())) == len(ALLOCATOR_COLORS)
     assert allocator_color("my.module:Custom") == allocator_color("my.module:Custom")
     for fig in (figures["fragmentation"], figures["latency"]):
-        for line in fig.axes[0].lines:
+        for line in curves(fig.axes[0]):
             assert line.get_color() == ALLOCATOR_COLORS[line.get_label()]
+
+
+def test_prefix_cache_says_readmissions_count(figures: dict[str, Figure]) -> None:
+    """The figure states that re-admissions after preemption count as hits."""
+    note = figures["prefix"].get_supxlabel()
+    assert "re-admissions after preemption" in note and "exceed the ideal line" in note
+
+
+def test_no_prefix_panel_without_shared_content(one_step: RunResults) -> None:
+    """A trace whose prompts share nothing (Azure sizes only) gets no prefix-cache figure,
+    with the reason, although paged ran with prefix caching on."""
+    assert one_step.caching("paged")
+    assert one_step.trace_summary["prefix_reuse"]["method"].startswith("none")
+    assert plot_prefix_cache(one_step) is None
+    assert "no shared content" in str(skip_reason(one_step))

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from reports import ReportError
 from reports import schema as S
 from reports.sweep import capacity, capacity_table, capacity_text, fix_other_axes, load_sweep
-from reports.sweep_plots import plot_latency_vs_rate, plot_waste_vs_block_size
+from reports.sweep_plots import is_geometric, plot_latency_vs_rate, plot_waste_vs_block_size
 from tests.unit import reports_data
 
 
@@ -47,11 +48,12 @@ def test_latency_vs_rate_from_result_dirs(runs: list[Path]) -> None:
     assert fig is not None
     ax = fig.axes[0]
     labels = [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
-    assert labels[-1] == "SLO 0.2 s/token"
+    assert labels[-1] == "SLO 200 ms/token"
     assert [lbl.split(" (")[0] for lbl in labels[:-1]] == ["paged", "max"]
     assert all("capacity" in lbl for lbl in labels[:-1])
     assert ax.get_xlabel() == "Request rate (req/s)"
-    assert ax.get_ylabel() == "Mean normalised latency (s/token)"
+    assert ax.get_ylabel() == "Mean normalised latency (ms/token)"
+    assert "trace built-in default workload | model Llama-2-7B | GPU A100-80GB" in ax.get_title()
 
 
 def test_waste_vs_block_size_from_result_dirs(runs: list[Path]) -> None:
@@ -61,7 +63,7 @@ def test_waste_vs_block_size_from_result_dirs(runs: list[Path]) -> None:
     ax = fig.axes[0]
     assert [line.get_label() for line in ax.lines] == ["paged", "max"]
     assert all(list(line.get_xdata()) == [16, 32] for line in ax.lines)
-    assert ax.get_xlabel() == "Block size (tokens per block)"
+    assert ax.get_xlabel() == "Block size (tokens per block, log scale)"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32"]
 
 
@@ -82,3 +84,58 @@ def test_missing_sweep_file_is_named(tmp_path: Path) -> None:
     """A directory with neither sweep.parquet nor summary.json names the missing file."""
     with pytest.raises(ReportError, match=r"sweep\.parquet: file not found"):
         load_sweep([tmp_path])
+
+
+def synthetic_sweep(rates: list[float], latencies: dict[str, list[float]]) -> pd.DataFrame:
+    rows = [{S.ALLOCATOR: name, "request_rate": r, S.NORM_LATENCY: v}
+            for name, values in latencies.items() for r, v in zip(rates, values, strict=True)]
+    table = pd.DataFrame(rows)
+    table.attrs["context"] = {"trace": "t.csv", "model": "M-7B", "gpu": "G-80GB"}
+    return table
+
+
+def test_points_above_the_axis_are_marked_with_their_values() -> None:
+    """Latencies above 5 x SLO sit on the top edge as triangles with their ms values printed,
+    and the legend says so; nothing is dropped."""
+    table = synthetic_sweep([1, 2, 4, 8], {"paged": [0.05, 0.1, 0.15, 0.3],
+                                           "max": [0.1, 0.5, 2.0, 7.5]})
+    fig = plot_latency_vs_rate(table, slo=0.2)
+    assert fig is not None
+    ax = fig.axes[0]
+    top = ax.get_ylim()[1]
+    assert top == pytest.approx(1000.0)                      # 5 x 200 ms/token
+    marks = [line for line in ax.lines if line.get_marker() == "^"]
+    assert [(m.get_xdata()[0], m.get_ydata()[0]) for m in marks] == [(4, top), (8, top)]
+    assert [t.get_text() for t in ax.texts] == ["2,000", "7,500"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[-1] == "above 1,000 ms/token (value printed)"
+    paged = next(line for line in ax.lines if line.get_label().startswith("paged"))
+    assert list(paged.get_ydata()) == pytest.approx([50, 100, 150, 300])
+
+
+def test_geometric_rate_grids_get_a_log_axis() -> None:
+    """Rates 1, 2, 4, 8 (a fixed ratio) give a log x axis ticked at the rates; 1, 2, 3, 4 a
+    linear one from 0. The title names trace, model and GPU."""
+    geo = plot_latency_vs_rate(synthetic_sweep([1, 2, 4, 8], {"paged": [0.1] * 4}))
+    lin = plot_latency_vs_rate(synthetic_sweep([1, 2, 3, 4], {"paged": [0.1] * 4}))
+    assert geo is not None and lin is not None
+    assert geo.axes[0].get_xscale() == "log" and lin.axes[0].get_xscale() == "linear"
+    assert [t.get_text() for t in geo.axes[0].get_xticklabels()] == ["1", "2", "4", "8"]
+    assert lin.axes[0].get_xlim()[0] == 0
+    assert "trace t.csv | model M-7B | GPU G-80GB" in geo.axes[0].get_title()
+    assert is_geometric([0.25, 0.5, 1, 2, 4]) and not is_geometric([1, 2, 3])
+    assert not is_geometric([1, 2]) and is_geometric([3.16, 6.33, 12.7, 25.3, 50.6])
+
+
+def test_a_swept_trace_is_held_and_named() -> None:
+    """With trace as a sweep axis, one trace is drawn and the title names that one."""
+    rows = [{S.ALLOCATOR: "paged", "request_rate": r, S.NORM_LATENCY: 0.1, "trace": t}
+            for t in ("a/x.csv", "b/y.csv") for r in (1, 2, 3)]
+    table = pd.DataFrame(rows)
+    table.attrs["context"] = {"trace": "x.csv", "model": "M", "gpu": "G"}
+    fig = plot_latency_vs_rate(table)
+    assert fig is not None
+    title = fig.axes[0].get_title()
+    held = "x.csv" if "trace a/x.csv" in title else "y.csv"
+    assert f"trace {held} | model M" in title
+    assert len(fig.axes[0].lines[0].get_xdata()) == 3

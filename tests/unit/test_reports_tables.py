@@ -6,6 +6,7 @@ from reports.tables import (
     findings,
     flat_rows,
     format_value,
+    headline,
     occupied_shares,
     summary_rows,
 )
@@ -16,11 +17,13 @@ ENTRY = {"kv_token_states_frac": 0.2, "kv_reserved_frac": 0.1, "kv_internal_frag
 
 
 def test_format_value_by_kind() -> None:
-    """Fractions as percent, short times in ms, long ones in s, counts with separators."""
+    """Fractions as percent, latencies always in ms, counts with separators."""
     assert format_value(0.1234, "pct") == "12.3%"
     assert format_value(0.0254, "time") == "25.4 ms"
-    assert format_value(3.456, "time") == "3.46 s"
-    assert format_value(1620.7, "time") == "1,621 s"
+    assert format_value(3.456, "time") == "3,456 ms"
+    assert format_value(1620.7, "time") == "1,620,700 ms"
+    assert format_value(0.000412, "time") == "0.412 ms"
+    assert format_value(12.5, "ms") == "12.5 ms"
     assert format_value(19366) == "19,366"
     assert format_value(None) == "n/a" and format_value(float("nan")) == "n/a"
 
@@ -54,3 +57,22 @@ def test_summary_rows_append_counters() -> None:
     assert rows[0] == ("Requests", "", ["3"])
     assert rows[-1] == ("Engine steps", "", ["1,200"])
     assert len(rows) == len(S.SUMMARY_KEYS) + 1
+
+
+def test_vllm_names_are_not_shown_twice() -> None:
+    """A vLLM-named duplicate (mean_ttft_ms beside ttft_mean_s) is skipped; other *_ms keys
+    are shown in ms."""
+    entry = {"ttft_mean_s": 0.5, "mean_ttft_ms": 500.0, "std_ttft_ms": 12.25}
+    rows = {label: cells for label, _, cells in summary_rows({"a": entry})}
+    assert "mean_ttft_ms" not in rows and rows["std_ttft_ms"] == ["12.2 ms"]
+    assert rows["TTFT mean"] == ["500 ms"]
+
+
+def test_headline_says_when_token_counts_are_estimated() -> None:
+    """A trace summary flagged tokens_estimated puts the estimate in the headline."""
+    trace = {"num_requests": 3, "tokens_estimated": True,
+             "tokenizer": "estimated: 4 characters per token"}
+    lines = headline({}, {}, trace, ["paged"])
+    assert lines[-1] == ("Token counts are estimated, not measured: estimated: 4 characters "
+                         "per token.")
+    assert not any("estimated" in line for line in headline({}, {}, {"num_requests": 3}, ["a"]))

@@ -150,9 +150,10 @@ def test_malformed_csv_row(tmp_path: Path) -> None:
 
 
 def test_unknown_format(tmp_path: Path) -> None:
-    """An unrecognisable header asks for a format or column map."""
-    _expect(_csv(tmp_path, "a,b\n1,2\n"), "cannot detect", "column_map")
-    _expect(_csv(tmp_path, "a,b\n1,2\n", "x.csv"), "unknown format", format="parquet")
+    """An unrecognisable header asks for --format or --columns (options that exist)."""
+    _expect(_csv(tmp_path, "a,b\n1,2\n"), "cannot detect", "--format", "--columns NAME=COL")
+    _expect(_csv(tmp_path, "a,b\n1,2\n", "x.csv"), "--format parquet: unknown",
+            format="parquet")
 
 
 def test_token_id_count_mismatch(tmp_path: Path) -> None:
@@ -166,3 +167,69 @@ def test_token_id_count_mismatch(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     """A path that does not exist is one clear error."""
     _expect(tmp_path / "nope.csv", "cannot read")
+
+
+def _jsonl(tmp_path: Path, rows: list[dict[str, object]], name: str = "r.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("hash_ids", [[1], [1, 2, 3]])
+def test_mooncake_hash_ids_must_match_input_length(tmp_path: Path, hash_ids: list[int]) -> None:
+    """Fewer or more hash ids than ceil(input_length / 512) is an error naming the line."""
+    rows = [{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [7, 8]},
+            {"timestamp": 5, "input_length": 1000, "output_length": 1, "hash_ids": hash_ids}]
+    path = _jsonl(tmp_path, rows)
+    _expect(path, ":2:", "'hash_ids'", f"{len(hash_ids)} ids", "needs 2 blocks of 512",
+            "--hash-block-size")
+    other = _jsonl(tmp_path, [{"timestamp": 0, "input_length": 1000, "output_length": 1,
+                               "hash_ids": [1]}], "k.jsonl")
+    assert len(load_trace(other, hash_block_size=1000)) == 1
+
+
+@pytest.mark.parametrize(("text", "name", "field"), [
+    (HEADER + "2023-11-16 18:17:03.9799600,999999999999,10\n", "a.csv", "'ContextTokens'"),
+    (HEADER + "2023-11-16 18:17:03.9799600,5,1e20\n", "b.csv", "'GeneratedTokens'"),
+    (('{"timestamp": 0, "input_length": 99999999999999999999999, "output_length": 1, '
+      '"hash_ids": [1]}\n'), "m.jsonl", "'input_length'"),
+    ('{"input_toks": 3, "output_toks": 16777217, "arrival_time_ns": 0}\n', "t.jsonl",
+     "'output_toks'"),
+    ('[{"prompt_len": 123456789012, "output_len": 1}]', "v.json", "'prompt_len'"),
+])
+def test_counts_too_large_to_represent(tmp_path: Path, text: str, name: str,
+                                       field: str) -> None:
+    """Token counts over 2^24 (or beyond int64) are refused while loading, with the line."""
+    path = tmp_path / name
+    path.write_text(text)
+    _expect(path, field, "too large", "16,777,216")
+
+
+def test_generic_counts_and_span_limits(tmp_path: Path) -> None:
+    """n / beam_width over 4,096 and arrivals spanning over 1e9 s name their column; the
+    span error suggests --time-unit."""
+    cmap = {"arrival": "t", "prompt_len": "p", "output_len": "o", "n": "k"}
+    path = _csv(tmp_path, "t,p,o,k\n0,5,5,1\n1,5,5,5000\n")
+    _expect(path, ":3:", "'k'", "too large", column_map=cmap)
+    span = _csv(tmp_path, "t,p,o\n0,5,5\n1700000000000,5,5\n", "s.csv")
+    cmap = {"arrival": "t", "prompt_len": "p", "output_len": "o"}
+    _expect(span, ":3:", "'t'", "more than 1e+09 s", "--time-unit", column_map=cmap)
+    assert load_trace(span, column_map=cmap, time_unit="us").metadata.span_s == 1.7e6
+
+
+@pytest.mark.parametrize(("extra", "field", "words"), [
+    ({"cache_salt": 5}, "'cache_salt'", "expected a string, got a number (5)"),
+    ({"cache_salt": ""}, "'cache_salt'", "empty string"),
+    ({"lora_name": ["a"]}, "'lora_name'", "expected a string, got a list"),
+    ({"lora_name": True}, "'lora_name'", "got a boolean"),
+    ({"priority": "high"}, "'priority'", "'high'"),
+    ({"priority": 1.5}, "'priority'", "not an integer"),
+    ({"priority": True}, "'priority'", "not a number"),
+])
+def test_serving_field_types(tmp_path: Path, extra: dict[str, object], field: str,
+                             words: str) -> None:
+    """cache_salt / lora_name must be non-empty strings and priority an integer; the error
+    names the line and field."""
+    rows = [{"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0},
+            {"input_toks": 3, "output_toks": 2, "arrival_time_ns": 5, **extra}]
+    _expect(_jsonl(tmp_path, rows), ":2:", field, words)

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import http.server
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from traces import TraceError
-from traces.cli import main
+from traces.cli import main, option_names
 from traces.fetch import SOURCES, fetch
 
 BURST = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" \
@@ -125,3 +126,60 @@ def test_fetch_errors_exit_2(server: tuple[str, Path], tmp_path: Path,
     assert main(["fetch", "burstgpt", "--dest", dest, "--url", f"{url}/ptr.csv"]) == 2
     err = capsys.readouterr().err
     assert "Git LFS pointer" in err and len(err.strip().splitlines()) == 1
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "traces", *argv], check=False,
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+
+
+def test_every_option_named_in_traces_exists() -> None:
+    """Every --option written anywhere in traces/ (messages, help) is a real option of
+    `python -m traces` (so simulate.py, which reuses them, names real options too)."""
+    names = option_names()
+    root = Path(__file__).resolve().parents[2] / "traces"
+    for path in sorted(root.glob("*.py")):
+        for flag in set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", path.read_text())):
+            if not flag.endswith("-"):          # "--random-*" names a family
+                assert flag in names, f"{path.name} names {flag}, which does not exist"
+
+
+@pytest.mark.parametrize(("files", "argv", "words"), [
+    ({"m.jsonl": '{"timestamp": 0, "input_length": 1000, "output_length": 1, '
+                 '"hash_ids": [1]}\n'}, ["m.jsonl"], "m.jsonl:1: field 'hash_ids'"),
+    ({"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+               "2023-11-16 18:17:03.9,999999999999,10\n"}, ["a.csv"],
+     "a.csv:2: field 'ContextTokens': 999999999999 is too large"),
+    ({"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,5,1\n"
+               "2023-11-16 18:17:04.9,5,1\n"}, ["a.csv", "--rate-scale", "1e-300"],
+     "--rate-scale 1e-300"),
+    ({}, ["--dataset-name", "random", "--request-rate", "5", "--rate-scale", "2"],
+     "--request-rate and --rate-scale"),
+    ({"t.jsonl": '{"input_toks": 2, "output_toks": 1, "arrival_time_ns": 0, '
+                 '"priority": "high"}\n'}, ["t.jsonl"], "t.jsonl:1: field 'priority'"),
+    ({}, ["--tokenizer", "nowhere/tokenizer.json", "--dataset-name", "random"],
+     "--tokenizer nowhere/tokenizer.json: no such file"),
+    ({}, ["--columns", "arrival"], "argument --columns: expected NAME=COL"),
+])
+def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path, files: dict[str, str],
+                                          argv: list[str], words: str) -> None:
+    """Each refusal: exit status 2, one stderr line with the words, no traceback, no stdout."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    args = [str(tmp_path / a) if a in files else a for a in argv]
+    proc = _run("summary", *args)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_cli_summarises_a_dataset(capsys: pytest.CaptureFixture[str]) -> None:
+    """`summary --dataset-name random ...` summarises the generated workload."""
+    assert main(["summary", "--dataset-name", "random", "--num-prompts", "40",
+                 "--random-input-len", "30", "--random-prefix-len", "32",
+                 "--request-rate", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["num_requests"] == 40 and data["format"] == "random"
+    assert data["prompt_len"]["min"] == 62 and data["span_s"] < 10.0
+    assert data["prefix_reuse"]["reused_tokens"] == 39 * 32

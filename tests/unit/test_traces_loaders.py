@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traces import TraceError, detect_format, load_trace
+from traces import detect_format, load_trace
 from traces.rawfile import read_raw
 
 AZURE_2024 = """TIMESTAMP,ContextTokens,GeneratedTokens
@@ -109,7 +109,8 @@ def test_vllm_records_array_jsonl_and_result(tmp_path: Path) -> None:
 
 
 def test_sharegpt_with_tokenizer(tmp_path: Path) -> None:
-    """ShareGPT conversations load with a caller's tokenizer; first exchange only."""
+    """ShareGPT conversations load with a caller's tokenizer (first two turns only), or
+    without one on the character estimate, which the metadata records."""
     convs = [{"id": "c1", "conversations": [{"from": "human", "value": "a b c"},
                                             {"from": "gpt", "value": "d e"},
                                             {"from": "human", "value": "f"}]},
@@ -123,8 +124,10 @@ def test_sharegpt_with_tokenizer(tmp_path: Path) -> None:
     assert t.metadata.format == "sharegpt" and len(t) == 1 and t.metadata.num_skipped == 1
     assert t[0].request_id == "c1" and t[0].output_len == 2
     assert list(t.prompt_token_ids(0)) == [1, 1, 1]
-    with pytest.raises(TraceError, match="tokenizer"):
-        load_trace(path)
+    assert t.metadata.tokenizer == "caller's tokenizer" and not t.metadata.tokens_estimated
+    est = load_trace(path)
+    assert est.metadata.tokens_estimated and "4 characters" in str(est.metadata.tokenizer)
+    assert est[0].prompt_len == 2 and est[0].output_len == 1   # "a b c" 5 chars, "d e" 3
 
 
 def test_generic_csv_and_jsonl_with_column_map(tmp_path: Path) -> None:
@@ -182,3 +185,22 @@ def test_jsonl_fast_and_exact_paths_agree(tmp_path: Path, monkeypatch: pytest.Mo
     for i in range(3):
         assert np.array_equal(fast.prompt_token_ids(i), exact.prompt_token_ids(i))
     assert list(fast.prompt_token_ids(2)) == [9]
+
+
+def test_serving_fields_in_every_record_format(tmp_path: Path) -> None:
+    """Token-id JSONL, vLLM records and a generic CSV (--columns) all carry cache_salt,
+    lora_name and priority; rows without them get none and priority 0."""
+    tj = _write(tmp_path, "t.jsonl",
+                '{"input_toks": 3, "output_toks": 1, "arrival_time_ns": 0, "cache_salt": "u1", '
+                '"priority": 3}\n{"input_toks": 2, "output_toks": 1, "arrival_time_ns": 9, '
+                '"lora_name": "sql"}\n')
+    vr = _write(tmp_path, "v.json", json.dumps([
+        {"prompt_len": 3, "output_len": 1, "lora_name": "sql"},
+        {"prompt_len": 2, "output_len": 1, "priority": -4}]))
+    gc = _write(tmp_path, "g.csv", "p,o,salt,prio\n3,1,u1,3\n2,1,,0\n")
+    cmap = {"prompt_len": "p", "output_len": "o", "cache_salt": "salt", "priority": "prio"}
+    got = {name: [(r.cache_salt, r.lora_name, r.priority) for r in t] for name, t in (
+        ("tj", load_trace(tj)), ("vr", load_trace(vr)), ("gc", load_trace(gc, column_map=cmap)))}
+    assert got["tj"] == [("u1", None, 3), (None, "sql", 0)]
+    assert got["vr"] == [(None, "sql", 0), (None, None, -4)]
+    assert got["gc"] == [("u1", None, 3), (None, None, 0)]

@@ -131,3 +131,20 @@ def test_large_trace_builds_fast_enough() -> None:
     t = Trace(np.arange(size) * 0.01, np.full(size, 100), np.full(size, 10))
     half = t.take(np.arange(0, size, 2))
     assert len(half) == size // 2 and half.request_id(3) == "6"
+
+
+def test_serving_fields_on_requests_and_round_trip() -> None:
+    """cache_salt, lora_name and priority live in columns, reach TraceRequest, survive
+    take/replace and from_requests; empty strings are refused."""
+    t = Trace([0.0, 1.0, 2.0], [4, 4, 4], [1, 1, 1], cache_salts=["s", "", "s"],
+              lora_names=["", "ad", ""], priorities=[0, -2, 5])
+    assert (t[0].cache_salt, t[0].lora_name, t[0].priority) == ("s", None, 0)
+    assert (t[1].cache_salt, t[1].lora_name, t[1].priority) == (None, "ad", -2)
+    sub = t.take([1, 2])
+    assert [r.priority for r in sub] == [-2, 5] and sub[1].cache_salt == "s"
+    again = Trace.from_requests(list(t))
+    assert [(r.cache_salt, r.lora_name, r.priority) for r in again] == \
+        [(r.cache_salt, r.lora_name, r.priority) for r in t]
+    assert Trace.from_requests([TraceRequest("x", 0.0, 1, 1)]).priorities is None
+    with pytest.raises(ValueError, match="cache_salt"):
+        TraceRequest("x", 0.0, 1, 1, cache_salt="")

@@ -1,6 +1,7 @@
 """Unit tests for traces.summary: counts, rates, percentiles and ideal prefix reuse."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +119,21 @@ def test_hash_reuse_matches_model_on_real_trace(shared_traces: Path) -> None:
     t = limit(load_trace(shared_traces / "mooncake_conversation_trace.jsonl"), 2000)
     got = ideal_prefix_reuse(t, block_size=16)
     assert got is not None and got["reused_tokens"] == _reuse_model(t, 16)
+
+
+def test_serving_field_counts_and_cache_isolation(tmp_path: Path) -> None:
+    """The summary counts salted, LoRA and prioritised requests; identical prompts under
+    different salts or adapters reuse nothing, under the same one they reuse everything."""
+    ids = list(range(64))
+    rows = [{"input_toks": 64, "output_toks": 1, "arrival_time_ns": k, "input_tok_ids": ids,
+             **extra} for k, extra in enumerate([
+                 {"cache_salt": "a"}, {"cache_salt": "b"}, {"cache_salt": "a"},
+                 {"lora_name": "x", "priority": 2}, {"lora_name": "x", "priority": -1}])]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = summarize(load_trace(path))
+    assert (s["num_with_cache_salt"], s["num_distinct_cache_salts"]) == (3, 2)
+    assert (s["num_with_lora_name"], s["num_distinct_lora_names"]) == (2, 1)
+    assert (s["num_with_priority"], s["num_distinct_priorities"]) == (2, 3)
+    # salt a reuses request 0 (64 tokens), lora x reuses request 3; b and the first x do not
+    assert s["prefix_reuse"]["reused_tokens"] == 2 * 64
