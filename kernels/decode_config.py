@@ -1,20 +1,14 @@
-"""Launch configuration for paged decode attention: tile shape and the split-K heuristic.
+"""Launch configuration of the split-K work items: tile shape and the split rule's knobs.
 
 Decode attention is a memory-bound stream over the KV cache. One program per (sequence, KV
-head) reads one head's whole context, so small batches leave most multiprocessors idle: 1 x 4096
-on Llama-3-8B is 8 programs for 132 SMs. Split-K (flash-decoding) cuts each context into
-`num_splits` token ranges run by separate programs whose partial results are then merged:
-by default inside the same launch (the last program of each (sequence, KV head) to finish
-merges, see kernels/decode_attention.py), or by the separate kernel in decode_reduce.py
-(`fused_reduce=False`). Fusing saves a second launch, whose host cost (~30+ us of Python and
-Triton launch code on the H200 machine) exceeded the whole GPU time of small batches.
-
-Heuristic (`choose_num_splits`): split only when the (sequence, KV head) programs alone number
-fewer than `PROGRAMS_PER_SM` per multiprocessor, and then just enough to reach that count, but
-never into ranges shorter than `MIN_TOKENS_PER_SPLIT`: below that, a program's fixed costs
-(query load, partial-output write, merge) outweigh its streaming. On the H200 (132 SMs) this
-splits 1/8/32/16 x 4096/4096/4096/16384 into 8/7/2/4 ranges and leaves batches of 64+ at
-4096 whole; the split sweeps behind the constants are in benchmarks/RESULTS.md.
+head) reads one head's whole context, so small batches leave most multiprocessors idle (1 x
+4096 on Llama-3-8B is 8 programs for 132 SMs) and ragged ones end in a tail of a few long
+programs. The kernel therefore cuts the work into items by tokens (kernels/split_k.py): about
+`programs_per_sm x SMs` items of equal length for a uniform batch, `ragged_programs_per_sm x
+SMs` shorter ones for a ragged batch, none shorter than `min_tokens_per_split` (below that an
+item's fixed costs, query load, partial write and merge, outweigh its streaming). On the H200
+(132 SMs) a uniform batch gets 16 / 6 / 2 / 4 items per sequence at 1 / 8 / 32 x 4096 and
+16 x 16384, and batches of 64+ at 4096 stay whole; benchmarks/RESULTS.md has the sweeps.
 """
 
 from __future__ import annotations
@@ -23,8 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.split_k import split_rule
+
 PROGRAMS_PER_SM = 3
-MIN_TOKENS_PER_SPLIT = 512
+RAGGED_PROGRAMS_PER_SM = 24
+MIN_TOKENS_PER_SPLIT = 256
+MAX_SPLITS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,23 +31,33 @@ class DecodeConfig:
 
     `block_n` tokens per loop iteration (any power of two >= 16; independent of the page size);
     `num_warps` and `num_stages` are Triton's launch options (stages = software-pipeline depth);
-    `fused_reduce` merges split-K partials in the same launch instead of a second kernel.
+    `fused_reduce` merges split-K partials in the same launch (the last program of a sequence
+    to finish merges) instead of a second, row-parallel kernel;
+    `programs_per_sm`, `ragged_programs_per_sm` and `min_tokens_per_split` are the split
+    rule's knobs (module docstring); `split_p` sends probabilities through the P.V dot as a
+    hi+lo pair (`launch.split_p`; default: bf16 with one query token per sequence).
     """
 
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 2
     fused_reduce: bool = True
+    programs_per_sm: int = PROGRAMS_PER_SM
+    ragged_programs_per_sm: int = RAGGED_PROGRAMS_PER_SM
+    min_tokens_per_split: int = MIN_TOKENS_PER_SPLIT
+    split_p: bool | None = None
 
     def __post_init__(self) -> None:
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
             raise ValueError(f"block_n {self.block_n}: need a power of two >= 16")
         if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
             raise ValueError(f"num_warps {self.num_warps} / num_stages {self.num_stages} invalid")
+        if min(self.programs_per_sm, self.ragged_programs_per_sm, self.min_tokens_per_split) < 1:
+            raise ValueError("programs_per_sm, ragged_programs_per_sm, min_tokens_per_split >= 1")
 
 
 _SPLIT_CONFIGS = (
-    DecodeConfig(block_n=64, num_warps=4, num_stages=2),
+    DecodeConfig(block_n=64, num_warps=2, num_stages=2),
     DecodeConfig(block_n=32, num_warps=4, num_stages=2),
 )
 _WHOLE_CONFIGS = (
@@ -57,20 +65,31 @@ _WHOLE_CONFIGS = (
     DecodeConfig(block_n=32, num_warps=4, num_stages=2),
 )
 _FP32_CONFIG = DecodeConfig(block_n=16, num_warps=4, num_stages=2)
+_EXTEND_CONFIG = DecodeConfig(block_n=64, num_warps=4, num_stages=2, fused_reduce=False)
+_FP8_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=2)
 
 
-def default_decode_config(head_size: int, dtype: torch.dtype, split: bool) -> DecodeConfig:
-    """Tile shape per dtype and head size, and warps per program by grid shape.
+def default_decode_config(head_size: int, dtype: torch.dtype, split: bool, *,
+                          query_tokens: int = 1, fp8: bool = False) -> DecodeConfig:
+    """Tile shape per dtype and head size, query tokens and cache dtype.
 
-    Measured on the H200 for Llama-3-8B shapes (benchmarks/RESULTS.md): 64-token tiles with 2
-    pipeline stages (3 stages cost up to 30%); unsplit grids (large batches) ran fastest with
-    2 warps per program (262 vs 326 us at 64 x 4096), split grids with 4 (265 vs 296 us at
-    16 x 16384). Head size 256 halves the tile to keep 16 KiB per K stage. fp32 runs IEEE dots
-    on the FMA units, which spill registers beyond 16-token tiles (sm_90 build, cuobjdump).
+    Measured on the H200 for Llama-3-8B shapes (benchmarks/RESULTS.md, 2026-12-01 sweeps):
+    64-token tiles with 2 warps and 2 stages were the fastest or within 1% for uniform and
+    ragged bf16 batches, split or not (32 x 4096: 142 us; 128-token tiles / 4 warps 148;
+    64 / 4 warps 184); fp8 caches the same (64 x 4096: 192 us; 128 / 4 warps 208). Items of
+    several query tokens (extends, 64+ rows) take 4 warps and the separate row-parallel merge
+    (1 x 16 over 16384: 112 us, fused 136; 8 warps 129). Head size 256 halves the tile; fp32
+    runs IEEE dots on the FMA units, which spill registers beyond 16-token tiles.
     """
     if dtype == torch.float32:
         return _FP32_CONFIG
-    return (_SPLIT_CONFIGS if split else _WHOLE_CONFIGS)[0 if head_size <= 128 else 1]
+    big = 0 if head_size <= 128 else 1
+    cfg = _EXTEND_CONFIG if query_tokens > 1 else (_SPLIT_CONFIGS if split else _WHOLE_CONFIGS)[big]
+    if query_tokens > 1 and big:
+        cfg = _SPLIT_CONFIGS[1]
+    if fp8 and query_tokens == 1 and not big:
+        cfg = _FP8_CONFIG
+    return cfg
 
 
 def split_span(max_context_len: int, sliding_window: int | None) -> int:
@@ -83,6 +102,12 @@ def split_span(max_context_len: int, sliding_window: int | None) -> int:
     return span
 
 
+def min_chunk(cfg: DecodeConfig, max_span: int) -> int:
+    """Shortest item: `min_tokens_per_split`, at least a tile, at most MAX_SPLITS per sequence."""
+    least = max(cfg.min_tokens_per_split, cfg.block_n, -(-max_span // MAX_SPLITS))
+    return -(-least // cfg.block_n) * cfg.block_n
+
+
 def choose_num_splits(
     num_seqs: int,
     num_kv_heads: int,
@@ -93,19 +118,9 @@ def choose_num_splits(
     programs_per_sm: int = PROGRAMS_PER_SM,
     min_tokens_per_split: int = MIN_TOKENS_PER_SPLIT,
 ) -> int:
-    """Number of token ranges per (sequence, KV head); 1 means no split and no reduction.
-
-    Args:
-        num_seqs, num_kv_heads: the unsplit grid is their product.
-        span: longest token range a sequence needs (see `split_span`).
-        block_n: tile size; a split never holds less than one tile.
-        num_sms: multiprocessors on the device.
-        programs_per_sm, min_tokens_per_split: the heuristic's two knobs.
-    """
-    base = max(1, num_seqs * num_kv_heads)
-    target = programs_per_sm * num_sms
-    if base >= target:
-        return 1
-    wanted = -(-target // base)
-    most = max(1, span // max(min_tokens_per_split, block_n))
-    return max(1, min(wanted, most))
+    """Items per sequence of a uniform batch (`num_seqs` sequences of `span` keys), as the
+    kernel's work list (kernels/split_k.py) cuts it; 1 means no split and no merge."""
+    cfg = DecodeConfig(block_n=block_n, programs_per_sm=programs_per_sm,
+                       min_tokens_per_split=min_tokens_per_split)
+    return split_rule(num_seqs, num_kv_heads, span, block_n, programs_per_sm * num_sms,
+                      min_chunk(cfg, span))

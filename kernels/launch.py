@@ -45,6 +45,7 @@ class _Interpreted(InterpretedFunction):
 
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+CACHE_DTYPES = (*SUPPORTED_DTYPES, torch.float8_e4m3fn)
 
 
 def for_device(kernel: Any, device: torch.device) -> Any:
@@ -126,7 +127,7 @@ def check_kv_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, i
             f"caches: expected equal 4-D shapes, "
             f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
         )
-    if k_cache.dtype != v_cache.dtype or k_cache.dtype not in SUPPORTED_DTYPES:
+    if k_cache.dtype != v_cache.dtype or k_cache.dtype not in CACHE_DTYPES:
         raise ValueError(f"caches: dtypes {k_cache.dtype}/{v_cache.dtype} unsupported or different")
     if k_cache.device != v_cache.device:
         raise ValueError("caches: K and V on different devices")
@@ -134,6 +135,25 @@ def check_kv_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, i
         raise ValueError("caches: head_size dimension must be contiguous (stride 1)")
     num_blocks, block_size, num_kv_heads, head_size = k_cache.shape
     return num_blocks, block_size, num_kv_heads, head_size
+
+
+def kernel_block_view(cache: torch.Tensor, kernel_block_size: int | None) -> torch.Tensor:
+    """The cache `[num_blocks, block_size, ...]` seen as kernel blocks of `kernel_block_size`.
+
+    Manager block b of `block_size` tokens is kernel blocks b * r .. b * r + r - 1 with
+    r = block_size // kernel_block_size, the ids `BlockTable.map_to_kernel_blocks` gives
+    (allocator/block_table.py); a view, never a copy, so writes land in the caller's cache.
+    """
+    if kernel_block_size is None or kernel_block_size == cache.shape[1]:
+        return cache
+    if kernel_block_size < 1 or cache.shape[1] % kernel_block_size:
+        raise ValueError(f"kernel_block_size {kernel_block_size} must divide the cache's block "
+                         f"size {cache.shape[1]}")
+    ratio = cache.shape[1] // kernel_block_size
+    try:
+        return cache.view(cache.shape[0] * ratio, kernel_block_size, *cache.shape[2:])
+    except RuntimeError:
+        raise ValueError("caches: kernel blocks need each block's tokens contiguous") from None
 
 
 def check_head_size(head_size: int) -> None:

@@ -4,12 +4,14 @@ Two independent references: (1) walk each sequence's block table token by token 
 in block `table[t // block_size]`, row `t % block_size`), gather K/V and run attention in
 float64; (2) torch's scaled_dot_product_attention on the same KV laid out contiguously
 `[1, num_kv_heads, context, head_size]` with `enable_gqa=True`. Neither shares code with the
-Triton kernels beyond the cache layout.
+Triton kernels beyond the cache layout. The float64 reference also applies the model variants
+(`Variant`) and reads fp8 caches as their dequantised values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -28,16 +30,50 @@ def gather_tokens(
     return cache[table[pos // block_size], pos % block_size]
 
 
-def _attend64(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, visible: torch.Tensor
-) -> torch.Tensor:
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """Model variants and cache scales the references apply (None: off).
+
+    soft_cap: Gemma 2 logit soft-capping, `cap * tanh(score / cap)`; sinks: gpt-oss attention
+    sinks, one logit per query head joining each softmax denominator; window: sliding window;
+    chunk: Llama 4 chunked local attention (a query at p sees keys from p // chunk * chunk);
+    k_scale / v_scale: what an fp8 cache's values are multiplied by (kernels/fp8.py).
+    """
+
+    soft_cap: float | None = None
+    sinks: torch.Tensor | None = None
+    window: int | None = None
+    chunk: int | None = None
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+
+    def visible(self, q_pos: torch.Tensor, ctx: int) -> torch.Tensor:
+        """`[n, ctx]`: key j visible to the query at q_pos[i] (causal, window, chunk)."""
+        keys = torch.arange(ctx, device=q_pos.device)[None, :]
+        lo = torch.zeros_like(q_pos)
+        if self.window:
+            lo = (q_pos - self.window + 1).clamp(min=0)
+        if self.chunk:
+            lo = torch.maximum(lo, q_pos // self.chunk * self.chunk)
+        return (keys <= q_pos[:, None]) & (keys >= lo[:, None])
+
+
+def _attend64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+              visible: torch.Tensor, var: Variant) -> torch.Tensor:
     """float64 attention: q `[n, Hq, D]`, k/v `[ctx, Hkv, D]`, visible `[n, ctx]` bool."""
     group = q.shape[1] // k.shape[1]
-    k64 = k.double().repeat_interleave(group, dim=1)
-    v64 = v.double().repeat_interleave(group, dim=1)
+    k64 = k.double().repeat_interleave(group, dim=1) * var.k_scale
+    v64 = v.double().repeat_interleave(group, dim=1) * var.v_scale
     scores = torch.einsum("nhd,thd->hnt", q.double(), k64) * scale
+    if var.soft_cap is not None:
+        scores = var.soft_cap * torch.tanh(scores / var.soft_cap)
     scores = scores.masked_fill(~visible[None], float("-inf"))
-    return torch.einsum("hnt,thd->nhd", torch.softmax(scores, dim=-1), v64)
+    if var.sinks is None:
+        probs = torch.softmax(scores, dim=-1)
+    else:
+        sink = var.sinks.double().to(q.device)[:, None, None].expand(-1, scores.shape[1], 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    return torch.einsum("hnt,thd->nhd", probs, v64)
 
 
 def ref_decode_attention(
@@ -49,18 +85,19 @@ def ref_decode_attention(
     *,
     scale: float | None = None,
     sliding_window: int | None = None,
+    variant: Variant | None = None,
 ) -> torch.Tensor:
     """float64 decode attention over a token-by-token gather; `[num_seqs, num_q_heads, d]`."""
+    base = variant or Variant()
+    var = replace(base, window=sliding_window or base.window)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     outs = []
     for i, ctx in enumerate(int(c) for c in context_lens):
         table = [int(b) for b in block_tables[i]]
         k = gather_tokens(k_cache, table, range(ctx))
         v = gather_tokens(v_cache, table, range(ctx))
-        visible = torch.ones((1, ctx), dtype=torch.bool, device=q.device)
-        if sliding_window:
-            visible[:, : max(0, ctx - sliding_window)] = False
-        outs.append(_attend64(q[i : i + 1], k, v, scale, visible)[0])
+        visible = var.visible(torch.tensor([ctx - 1], device=q.device), ctx)
+        outs.append(_attend64(q[i : i + 1], k, v, scale, visible, var)[0])
     return torch.stack(outs)
 
 
@@ -73,21 +110,25 @@ def ref_prefill_attention(
     context_lens: Ints,
     *,
     scale: float | None = None,
+    variant: Variant | None = None,
 ) -> torch.Tensor:
     """float64 causal extend attention aligned to the end; `[num_tokens, num_q_heads, d]`.
 
-    New token i of n sits at position `ctx - n + i` and sees every key at or before it.
+    New token i of n sits at position `ctx - n + i` and sees every key at or before it (within
+    the variant's window or chunk).
     """
+    var = variant or Variant()
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
     for i, ctx in enumerate(int(c) for c in context_lens):
         start, end = int(query_start_loc[i]), int(query_start_loc[i + 1])
+        if end == start:
+            continue
         table = [int(b) for b in block_tables[i]]
         k = gather_tokens(k_cache, table, range(ctx))
         v = gather_tokens(v_cache, table, range(ctx))
-        q_pos = torch.arange(ctx - (end - start), ctx, device=q.device)
-        visible = torch.arange(ctx, device=q.device)[None, :] <= q_pos[:, None]
-        out[start:end] = _attend64(q[start:end], k, v, scale, visible)
+        visible = var.visible(torch.arange(ctx - (end - start), ctx, device=q.device), ctx)
+        out[start:end] = _attend64(q[start:end], k, v, scale, visible, var)
     return out
 
 

@@ -3,6 +3,7 @@
 Each token's `[num_kv_heads, head_size]` row is one contiguous run both in the projection
 output and in the cache slot, so a program copies a `[BLOCK_T, BLOCK_R]` tile of rows with
 16-byte vector loads and stores. A slot of -1 marks a padding token: its row is skipped.
+An fp8 cache is written quantised, `x / k_scale` and `x / v_scale` (kernels/fp8.py).
 
     slot = block_id * block_size + offset      (block_id from the sequence's block table)
 """
@@ -13,7 +14,15 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.launch import as_int_tensor, check_kv_cache, for_device, next_power_of_2
+from kernels.fp8 import inv_scale, is_fp8, to_e4m3
+from kernels.launch import (
+    SUPPORTED_DTYPES,
+    as_int_tensor,
+    check_kv_cache,
+    for_device,
+    kernel_block_view,
+    next_power_of_2,
+)
 
 TILE_ELEMENTS = 2048
 
@@ -26,6 +35,8 @@ def _reshape_and_cache_kernel(
     v_cache_ptr,
     slot_mapping_ptr,  # [num_tokens]
     num_tokens,
+    k_inv,
+    v_inv,
     stride_kt,
     stride_vt,
     stride_kcb,
@@ -36,6 +47,8 @@ def _reshape_and_cache_kernel(
     BLOCK_SIZE: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_R: tl.constexpr,
+    FP8: tl.constexpr,
+    ROUND: tl.constexpr,
 ):
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -45,9 +58,13 @@ def _reshape_and_cache_kernel(
     mask = (slot >= 0)[:, None] & (offs_r < ROW_SIZE)[None, :]
     src_t = offs_t.to(tl.int64)[:, None]
     key = tl.load(key_ptr + src_t * stride_kt + offs_r[None, :], mask=mask)
+    if FP8:
+        key = to_e4m3(key, k_inv, ROUND)
     kc_row = (block_id * stride_kcb + block_off * stride_kct)[:, None]
     tl.store(k_cache_ptr + kc_row + offs_r[None, :], key, mask=mask)
     value = tl.load(value_ptr + src_t * stride_vt + offs_r[None, :], mask=mask)
+    if FP8:
+        value = to_e4m3(value, v_inv, ROUND)
     vc_row = (block_id * stride_vcb + block_off * stride_vct)[:, None]
     tl.store(v_cache_ptr + vc_row + offs_r[None, :], value, mask=mask)
 
@@ -58,7 +75,8 @@ def _check_rows(name: str, x: torch.Tensor, cache: torch.Tensor) -> None:
             f"{name}: expected [num_tokens, {cache.shape[2]}, {cache.shape[3]}], "
             f"got {tuple(x.shape)}"
         )
-    if x.dtype != cache.dtype or x.device != cache.device:
+    if (x.dtype != cache.dtype and not (is_fp8(cache.dtype) and x.dtype in SUPPORTED_DTYPES)
+            or x.device != cache.device):
         raise ValueError(f"{name}: dtype/device {x.dtype}/{x.device} differ from the cache's")
     if x.stride(2) != 1 or x.stride(1) != x.shape[2]:
         raise ValueError(f"{name}: each token's [num_kv_heads, head_size] row must be contiguous")
@@ -72,6 +90,9 @@ def reshape_and_cache(
     slot_mapping: torch.Tensor | list[int],
     *,
     tile_elements: int = TILE_ELEMENTS,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    kernel_block_size: int | None = None,
 ) -> None:
     """Scatter `key`/`value` rows into `k_cache`/`v_cache` in place.
 
@@ -81,10 +102,15 @@ def reshape_and_cache(
         k_cache, v_cache: `[num_blocks, block_size, num_kv_heads, head_size]`.
         slot_mapping: `[num_tokens]` slot ids; -1 skips the token.
         tile_elements: elements of K (and of V) one program moves; a tuning knob.
+        k_scale, v_scale: per-tensor scales of an fp8 cache (ignored otherwise).
+        kernel_block_size: slots name kernel blocks of this size (the same slot ids: a
+            manager block's kernel blocks are consecutive, see `launch.kernel_block_view`).
 
     Raises:
         ValueError: on shape, dtype, device or stride mismatches.
     """
+    k_cache = kernel_block_view(k_cache, kernel_block_size)
+    v_cache = kernel_block_view(v_cache, kernel_block_size)
     _, block_size, num_kv_heads, head_size = check_kv_cache(k_cache, v_cache)
     _check_rows("key", key, k_cache)
     _check_rows("value", value, v_cache)
@@ -109,6 +135,8 @@ def reshape_and_cache(
         v_cache,
         slots,
         num_tokens,
+        inv_scale(k_scale),
+        inv_scale(v_scale),
         key.stride(0),
         value.stride(0),
         k_cache.stride(0),
@@ -119,5 +147,7 @@ def reshape_and_cache(
         BLOCK_SIZE=block_size,
         BLOCK_T=block_t,
         BLOCK_R=block_r,
+        FP8=is_fp8(k_cache.dtype),
+        ROUND=key.device.type == "cpu",
         num_warps=4,
     )

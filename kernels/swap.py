@@ -53,6 +53,8 @@ def swap_blocks(
         raise ValueError(f"swap: source block id outside [0, {src_cache.shape[0]})")
     if dst_ids.min() < 0 or dst_ids.max() >= dst_cache.shape[0]:
         raise ValueError(f"swap: destination block id outside [0, {dst_cache.shape[0]})")
+    if src_cache.element_size() == 1:  # fp8: torch's CPU index ops want plain bytes
+        src_cache, dst_cache = src_cache.view(torch.uint8), dst_cache.view(torch.uint8)
     gathered = src_cache.index_select(0, src_ids.to(src_cache.device))
     dst_cache.index_copy_(0, dst_ids.to(dst_cache.device), gathered.to(dst_cache.device))
 

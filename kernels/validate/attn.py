@@ -1,10 +1,8 @@
 """Attention of one logged step through the paged kernels, against a float64 reference.
 
 Scheduled sequences with one new token go through `paged_decode_attention`, chunks of new
-tokens through `paged_prefill_attention` (causal, aligned to the end of the context). The
-prefill kernel has no sliding window, so a chunk of a sliding-window model whose earliest
-attended key is past position 0 runs as one decode query per new token instead (each with
-context `pos + 1`, which is exactly end-aligned windowed attention). The reference attends
+tokens through `paged_prefill_attention` (causal, aligned to the end of the context, with the
+model's sliding window; chunks of up to 16 tokens run as split-K items). The reference attends
 each query over the sequence's own contiguous K/V rows (`state.SeqState`), built
 from its logical tokens, never from the paged cache. The error metric is the kernels':
 max|out - ref| / max|ref| per (sequence, head), bounded by `kernels.testing.TOLERANCE`.
@@ -43,7 +41,7 @@ class Batch:
     pre_owner: list[int]
 
 
-def build_batch(rp: Replay, rec: StepRecord, window: int | None) -> Batch:
+def build_batch(rp: Replay, rec: StepRecord, window: int | None = None) -> Batch:
     """Queries and tables for every scheduled sequence (`owner` = index into rec.seqs)."""
     b = Batch([], [], [], [], [], [], [], [0], [])
     for i, s in enumerate(rec.seqs):
@@ -51,7 +49,7 @@ def build_batch(rp: Replay, rec: StepRecord, window: int | None) -> Batch:
             continue
         st = rp.seqs[s.request_id]
         q = rp.content.q_rows(st.hashes[s.start:s.end])
-        if s.num_new == 1 or (window is not None and s.end > window):
+        if s.num_new == 1:
             for j in range(s.num_new):
                 b.dec_q.append(q[j:j + 1])
                 b.dec_tables.append(s.block_table)
@@ -102,10 +100,11 @@ def run_torch(rp: Replay, b: Batch, t: dict[str, torch.Tensor], window: int | No
     it exercises the replay (tables, slots, copies, swaps, writes) but not the attention
     kernels, and it is never timed. Only attended positions are gathered.
     """
+    sc = (rp.k_scale, rp.v_scale)
     dec = [reference(q, *_gathered(rp, tab, ctx, 0 if window is None else
-                                   max(0, ctx - window)), ctx - 1, window)
+                                   max(0, ctx - window)), ctx - 1, window, *sc)
            for q, tab, ctx in zip(b.dec_q, b.dec_tables, b.dec_lens)]
-    pre = [reference(q, *_gathered(rp, tab, ctx, 0), ctx - q.shape[0], window)
+    pre = [reference(q, *_gathered(rp, tab, ctx, 0), ctx - q.shape[0], window, *sc)
            for q, tab, ctx in zip(b.pre_q, b.pre_tables, b.pre_lens)]
     c = rp.content
     empty = torch.empty((0, c.num_heads, c.head_dim), dtype=torch.float64, device=c.device)
@@ -118,24 +117,27 @@ def run_kernels(rp: Replay, b: Batch, t: dict[str, torch.Tensor], window: int | 
     c = rp.content
     empty = torch.empty((0, c.num_heads, c.head_dim), dtype=c.dtype, device=c.device)
     dec, pre = empty, empty
+    sc = {"k_scale": rp.k_scale, "v_scale": rp.v_scale}
     if b.dec_q:
         dec = paged_decode_attention(t["dec_q"], rp.k_cache, rp.v_cache, t["dec_tables"],
                                      t["dec_lens"], sliding_window=window,
-                                     max_context_len=max(b.dec_lens))
+                                     max_context_len=max(b.dec_lens), **sc)
     if b.pre_q:
         new = [e - s for s, e in zip(b.pre_starts, b.pre_starts[1:])]
         pre = paged_prefill_attention(t["pre_q"], rp.k_cache, rp.v_cache, t["pre_tables"],
-                                      t["pre_starts"], t["pre_lens"], max_new_tokens=max(new))
+                                      t["pre_starts"], t["pre_lens"], max_new_tokens=max(new),
+                                      sliding_window=window, **sc)
     return dec, pre
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first_pos: int,
-              window: int | None) -> torch.Tensor:
-    """float64 attention of queries at positions first_pos.. over contiguous keys 0..ctx-1."""
+              window: int | None, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
+    """float64 attention of queries at positions first_pos.. over contiguous keys 0..ctx-1
+    (rows of an fp8 cache times their scales)."""
     n, hq, d = q.shape
     ctx, hkv = k.shape[0], k.shape[1]
     lo = 0 if window is None else max(0, first_pos - window + 1)
-    k64, v64 = k[lo:].double(), v[lo:].double()
+    k64, v64 = k[lo:].double() * k_scale, v[lo:].double() * v_scale
     keys = torch.arange(lo, ctx, device=q.device)
     rows = max(1, REF_BYTES // (8 * hq * max(1, ctx - lo)))
     out = torch.empty((n, hq, d), dtype=torch.float64, device=q.device)
@@ -157,11 +159,12 @@ def reference_batch(rp: Replay, rec: StepRecord, b: Batch, window: int | None
     c = rp.content
     dec = torch.empty((len(b.dec_q), c.num_heads, c.head_dim), dtype=torch.float64,
                       device=c.device)
+    sc = (rp.k_scale, rp.v_scale)
     for j, (q, ctx, i) in enumerate(zip(b.dec_q, b.dec_lens, b.dec_owner)):
         st = rp.seqs[rec.seqs[i].request_id]
-        dec[j:j + 1] = reference(q, st.k[:ctx], st.v[:ctx], ctx - 1, window)
+        dec[j:j + 1] = reference(q, st.k[:ctx], st.v[:ctx], ctx - 1, window, *sc)
     pre = [reference(q, rp.seqs[rec.seqs[i].request_id].k[:ctx],
-                     rp.seqs[rec.seqs[i].request_id].v[:ctx], ctx - q.shape[0], window)
+                     rp.seqs[rec.seqs[i].request_id].v[:ctx], ctx - q.shape[0], window, *sc)
            for q, ctx, i in zip(b.pre_q, b.pre_lens, dict.fromkeys(b.pre_owner))]
     empty = torch.empty((0, c.num_heads, c.head_dim), dtype=torch.float64, device=c.device)
     return dec, torch.cat(pre) if pre else empty
@@ -196,9 +199,10 @@ def diagnose(rp: Replay, s: SeqRecord, window: int | None) -> str:
     lo = attended_from(s, window)
     slots = torch.as_tensor(rp.slots_of(s.block_table, lo, s.end), device=rp.k_cache.device)
     flat = rp.k_cache.shape[0] * rp.block_size
-    k = rp.k_cache.reshape(flat, -1)[slots]
-    v = rp.v_cache.reshape(flat, -1)[slots]
-    want_k, want_v = st.k[lo:s.end].reshape(len(slots), -1), st.v[lo:s.end].reshape(len(slots), -1)
+    k = rp.k_cache.reshape(flat, -1)[slots].float()
+    v = rp.v_cache.reshape(flat, -1)[slots].float()
+    want_k = st.k[lo:s.end].reshape(len(slots), -1).float()
+    want_v = st.v[lo:s.end].reshape(len(slots), -1).float()
     same = ((k == want_k) | (k.isnan() & want_k.isnan())).all(1) & (v == want_v).all(1)
     bad = (~same).nonzero().flatten().tolist()
     table = f"block table {s.block_table}"

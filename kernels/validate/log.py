@@ -4,6 +4,9 @@ The format is documented in `sim/results_schema.json` ("allocation_log.jsonl.gz"
 allocator a header line, then one line per step. This module streams the lines, checks the
 fields the validator uses (a bad one is a `LogError` naming file, line and field) and turns
 them into small records. It also decides which steps `--steps N` validates.
+
+fp8 caches: `model.kv_cache_dtype` "fp8" / "fp8_e4m3" (e5m2 is refused), `model.dtype` the
+query dtype, optional `model.k_scale` / `model.v_scale` (> 0, default 1.0); kernels/README.md.
 """
 
 from __future__ import annotations
@@ -15,16 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DTYPES = {
-    "fp16": "float16",
-    "float16": "float16",
-    "half": "float16",
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "fp32": "float32",
-    "float32": "float32",
-    "float": "float32",
-}
+DTYPES = {"fp16": "float16", "float16": "float16", "half": "float16", "bf16": "bfloat16",
+          "bfloat16": "bfloat16", "fp32": "float32", "float32": "float32", "float": "float32"}
+FP8_NAMES = ("fp8", "fp8_e4m3")
 
 
 class LogError(ValueError):
@@ -48,6 +44,9 @@ class LogHeader:
     sliding_window: int | None
     seed: int
     line: int
+    kv_cache_dtype: str | None = None
+    k_scale: float = 1.0
+    v_scale: float = 1.0
 
     @property
     def paged(self) -> bool:
@@ -132,18 +131,29 @@ class _Fields:
         return out
 
 
+def _scales(model: dict[str, Any], path: Path, line: int) -> list[float]:
+    """`model.k_scale`, `model.v_scale`: positive numbers, 1.0 where absent."""
+    scales = [model.get(name, 1.0) for name in ("k_scale", "v_scale")]
+    for name, v in zip(("k_scale", "v_scale"), scales):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            raise LogError(f"{path}:{line}: field 'model.{name}' must be a positive number")
+    return [float(v) for v in scales]
+
+
 def parse_header(obj: dict[str, Any], path: Path, line: int) -> LogHeader:
     """The header line of one allocator section."""
     f = _Fields(path, line)
     model = f.get(obj, "model", dict)
     dtype = model.get("kv_cache_dtype") or "auto"
-    if dtype == "auto":
+    fp8 = str(dtype).lower() in FP8_NAMES
+    if dtype == "auto" or fp8:
         dtype = f.get(model, "dtype", str, "model.")
     if str(dtype).lower() not in DTYPES:
         raise LogError(
             f"{path}:{line}: field 'model.kv_cache_dtype' = {dtype!r}: the kernels "
-            f"support fp16, bf16 and fp32 (pass --dtype to validate anyway)"
+            f"support fp16, bf16, fp32 and fp8 (e4m3) (pass --dtype to validate anyway)"
         )
+    scales = _scales(model, path, line)
     window = model.get("sliding_window")
     if window is not None and (not isinstance(window, int) or window < 1):
         raise LogError(f"{path}:{line}: field 'model.sliding_window' must be null or >= 1")
@@ -161,6 +171,9 @@ def parse_header(obj: dict[str, Any], path: Path, line: int) -> LogHeader:
         sliding_window=window,
         seed=f.get(obj, "seed", int),
         line=line,
+        kv_cache_dtype="fp8_e4m3" if fp8 else None,
+        k_scale=scales[0],
+        v_scale=scales[1],
     )
     if header.block_size < 1 or header.num_gpu_blocks < 1 or header.num_heads % header.num_kv_heads:
         raise LogError(f"{path}:{line}: inconsistent header (block_size, num_gpu_blocks or heads)")
@@ -192,13 +205,8 @@ def _seq(f: _Fields, obj: Any, i: int) -> SeqRecord:
 
 
 def _swaps(f: _Fields, obj: dict[str, Any], name: str) -> list[tuple[str, list[tuple[int, int]]]]:
-    return [
-        (
-            str(f.get(e, "request_id", (str, int), f"{name}[{i}].")),
-            f.pairs(e, "map", f"{name}[{i}]."),
-        )
-        for i, e in enumerate(f.get(obj, name, list))
-    ]
+    return [(str(f.get(e, "request_id", (str, int), f"{name}[{i}].")),
+             f.pairs(e, "map", f"{name}[{i}].")) for i, e in enumerate(f.get(obj, name, list))]
 
 
 def parse_step(obj: dict[str, Any], path: Path, line: int) -> StepRecord:
@@ -211,20 +219,12 @@ def parse_step(obj: dict[str, Any], path: Path, line: int) -> StepRecord:
             hit_tokens[str(f.get(hit, "request_id", (str, int), f"prefix_hits[{i}]."))] = f.ints(
                 hit, "token_ids", f"prefix_hits[{i}]."
             )
-    frees = [
-        (
-            str(f.get(e, "request_id", (str, int), f"frees[{i}].")),
-            str(f.get(e, "reason", str, f"frees[{i}].")),
-        )
-        for i, e in enumerate(f.get(obj, "frees", list))
-    ]
-    forks = [
-        (
-            str(f.get(e, "parent", (str, int), f"forks[{i}].")),
-            str(f.get(e, "child", (str, int), f"forks[{i}].")),
-        )
-        for i, e in enumerate(f.get(obj, "forks", list))
-    ]
+    frees = [(str(f.get(e, "request_id", (str, int), f"frees[{i}].")),
+              str(f.get(e, "reason", str, f"frees[{i}].")))
+             for i, e in enumerate(f.get(obj, "frees", list))]
+    forks = [(str(f.get(e, "parent", (str, int), f"forks[{i}].")),
+              str(f.get(e, "child", (str, int), f"forks[{i}].")))
+             for i, e in enumerate(f.get(obj, "forks", list))]
     return StepRecord(
         step=f.get(obj, "step", int),
         line=line,
@@ -272,3 +272,23 @@ def iter_log(path: Path) -> Iterator[LogHeader | StepRecord]:
 def selected(rec: StepRecord, index: int, steps: int | None) -> bool:
     """Whether `--steps` validates this step (index counts the section's steps from 0)."""
     return steps is None or index < steps or rec.special
+
+
+def iter_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, decoded object) of every line, fields unchecked: a fast scan of big logs.
+
+    Raises:
+        LogError: unreadable file, bad JSON, or a line whose `kind` is not header or step.
+    """
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for line, text in enumerate(fh, start=1):
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise LogError(f"{path}:{line}: invalid JSON ({exc.msg})") from None
+                if not isinstance(obj, dict) or obj.get("kind") not in ("header", "step"):
+                    raise LogError(f"{path}:{line}: field 'kind' must be 'header' or 'step'")
+                yield line, obj
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise LogError(f"{path}: cannot read the allocation log ({exc})") from None

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from kernels.validate import attn
 from kernels.testing import TOLERANCE
+from kernels.validate import attn
 from kernels.validate.log import LogError, LogHeader, StepRecord, iter_log, selected
 from kernels.validate.mutate import Mutation, Mutator
 from kernels.validate.ops import ValidationError, after_step, apply_moves, check_slots, write_tokens
@@ -86,7 +86,8 @@ def validate_section(hdr: LogHeader, records: Any, opts: Options) -> SectionResu
     device = torch.device(opts.device)
     rp, memory = make_replay(hdr, layout, device, opts.poison)
     dtype = layout.dtype
-    res = SectionResult(hdr.allocator, hdr.model_name, str(dtype).replace("torch.", ""),
+    name = str(dtype).replace("torch.", "") + (", kv cache fp8_e4m3" if hdr.kv_cache_dtype else "")
+    res = SectionResult(hdr.allocator, hdr.model_name, name,
                         asdict(layout.summary()), TOLERANCE[dtype], memory,
                         timed=(opts.timing and device.type == "cuda" and layout.real
                                and opts.backend == "triton"))

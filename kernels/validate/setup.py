@@ -6,6 +6,8 @@ simulated capacity is real on this GPU; layer 0 of that allocation is the cache 
 uses. The report gives the bytes and the free memory left (`torch.cuda.mem_get_info`). On
 the CPU, or with a shrunk layout, only one layer is allocated and the all-layer bytes are
 computed. Unwritten rows are NaN, so a kernel that reads a slot nobody wrote fails loudly.
+An fp8 log (`LogHeader.kv_cache_dtype`) gets fp8 e4m3 caches written with the log's scales;
+queries and the K/V rows before quantisation are in the model dtype.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 
 import torch
 
-from kernels.validate.kv_content import KVContent
+from kernels.fp8 import FP8_DTYPE
 from kernels.swap import allocate_cpu_cache
+from kernels.validate.kv_content import KVContent
 from kernels.validate.log import LogHeader
 from kernels.validate.state import Replay
 
@@ -34,13 +37,15 @@ class LayoutSummary:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Heads, head size and dtype of the one validated layer; `real` if as in the log."""
+    """Heads, head size and dtypes (model, cache) of the one validated layer; `real` if as in
+    the log."""
 
     num_heads: int
     num_kv_heads: int
     head_dim: int
     dtype: torch.dtype
     real: bool
+    kv_dtype: torch.dtype
 
     @classmethod
     def from_header(cls, hdr: LogHeader, dtype: str | None, max_kv_heads: int | None,
@@ -51,14 +56,15 @@ class Layout:
         dim = hdr.head_dim if head_dim is None else head_dim
         torch_dtype = TORCH_DTYPES[dtype or hdr.dtype]
         real = (kv, dim, torch_dtype) == (hdr.num_kv_heads, hdr.head_dim, TORCH_DTYPES[hdr.dtype])
-        return cls(kv * (hdr.num_heads // hdr.num_kv_heads), kv, dim, torch_dtype, real)
+        kv_dtype = FP8_DTYPE if hdr.kv_cache_dtype else torch_dtype
+        return cls(kv * (hdr.num_heads // hdr.num_kv_heads), kv, dim, torch_dtype, real, kv_dtype)
 
     def summary(self) -> LayoutSummary:
         return LayoutSummary(self.num_heads, self.num_kv_heads, self.head_dim, self.real)
 
 
 def _all_layer_bytes(hdr: LogHeader) -> int:
-    elem = torch.empty(0, dtype=TORCH_DTYPES[hdr.dtype]).element_size()
+    elem = 1 if hdr.kv_cache_dtype else torch.empty(0, dtype=TORCH_DTYPES[hdr.dtype]).element_size()
     return (2 * hdr.num_layers * hdr.num_gpu_blocks * hdr.block_size * hdr.num_kv_heads
             * hdr.head_dim * elem)
 
@@ -69,14 +75,14 @@ def _caches(hdr: LogHeader, layout: Layout, device: torch.device, fill: float
     memory: dict[str, Any] = {"all_layers_bytes": _all_layer_bytes(hdr), "allocated": False}
     if device.type == "cuda" and layout.real:
         try:
-            pool = torch.empty((hdr.num_layers, 2, *shape), dtype=layout.dtype, device=device)
+            pool = torch.empty((hdr.num_layers, 2, *shape), dtype=layout.kv_dtype, device=device)
         except torch.cuda.OutOfMemoryError:
             memory["fits"] = False
         else:
             memory.update(allocated=True, fits=True)
             k, v = pool[0, 0], pool[0, 1]
     if not memory["allocated"]:
-        k = torch.empty(shape, dtype=layout.dtype, device=device)
+        k = torch.empty(shape, dtype=layout.kv_dtype, device=device)
         v = torch.empty_like(k)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -101,4 +107,5 @@ def make_replay(hdr: LogHeader, layout: Layout, device: torch.device, poison: bo
         v_cpu = allocate_cpu_cache(v, hdr.num_cpu_blocks).fill_(fill)
     content = KVContent(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype,
                         device)
-    return Replay(content, hdr.block_size, k, v, k_cpu, v_cpu, hdr.seed), memory
+    return Replay(content, hdr.block_size, k, v, k_cpu, v_cpu, hdr.seed, hdr.k_scale,
+                  hdr.v_scale), memory

@@ -6,6 +6,9 @@ paged cache. The paged cache is the tensor the kernels read and write. Beside it
 *shadow* records which prefix hash each slot was last given (by a write, copy or swap); the
 validator uses it only to pick mutation targets, to explain a mismatch and, where the log
 lacks a prefix hit's token ids, to continue that sequence's hashes (counted as unverified).
+With an fp8 cache a sequence keeps its rows quantised as `kernels.fp8.quantize` does (the
+reference dequantises them with the scales); the cache gets the unquantised rows, which
+reshape_and_cache quantises itself.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kernels.validate.kv_content import KVContent, extend_hashes, initial_hash
+from kernels.fp8 import is_fp8, quantize
 from kernels.reshape_and_cache import reshape_and_cache
+from kernels.validate.kv_content import KVContent, extend_hashes, initial_hash
 
 
 @dataclass(slots=True)
@@ -81,6 +85,8 @@ class Replay:
     k_cpu: torch.Tensor | None
     v_cpu: torch.Tensor | None
     seed: int
+    k_scale: float = 1.0
+    v_scale: float = 1.0
     shadow: np.ndarray = field(init=False)
     cpu_shadow: np.ndarray = field(init=False)
     seqs: dict[str, SeqState] = field(default_factory=dict)
@@ -93,10 +99,21 @@ class Replay:
         cpu_blocks = 0 if self.k_cpu is None else self.k_cpu.shape[0]
         self.cpu_shadow = np.zeros(cpu_blocks * bs, dtype=np.uint64)
 
+    @property
+    def fp8(self) -> bool:
+        return is_fp8(self.k_cache.dtype)
+
     def new_state(self) -> SeqState:
         c = self.content
-        empty = torch.empty((0, c.num_kv_heads, c.head_dim), dtype=c.dtype, device=c.device)
+        empty = torch.empty((0, c.num_kv_heads, c.head_dim), dtype=self.k_cache.dtype,
+                            device=c.device)
         return SeqState([], np.empty(0, dtype=np.uint64), empty, empty.clone())
+
+    def stored(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows as the cache holds them (quantised for fp8)."""
+        if self.fp8:
+            return quantize(k, self.k_scale), quantize(v, self.v_scale)
+        return k, v
 
     def extend(
         self, state: SeqState, tokens: list[int]
@@ -105,13 +122,13 @@ class Replay:
         prev = state.last_hash
         hashes = extend_hashes(initial_hash(self.seed) if prev is None else prev, tokens)
         k, v = self.content.kv_rows(hashes)
-        state.append(tokens, hashes, k, v)
+        state.append(tokens, hashes, *self.stored(k, v))
         return hashes, k, v
 
     def adopt_hashes(self, state: SeqState, hashes: np.ndarray) -> None:
         """Append positions known only by their hashes (read from the shadow: unverified)."""
         k, v = self.content.kv_rows(hashes)
-        state.append([-1] * len(hashes), hashes, k, v)
+        state.append([-1] * len(hashes), hashes, *self.stored(k, v))
         state.unverified += len(hashes)
         self.unverified_tokens += len(hashes)
 
@@ -136,7 +153,8 @@ class Replay:
         last = len(slots) - 1 - np.unique(slots[::-1], return_index=True)[1]
         keep = torch.as_tensor(np.sort(last), device=k.device)
         reshape_and_cache(k[keep], v[keep], self.k_cache, self.v_cache,
-                          torch.as_tensor(slots[np.sort(last)], device=k.device))
+                          torch.as_tensor(slots[np.sort(last)], device=k.device),
+                          k_scale=self.k_scale, v_scale=self.v_scale)
 
     def slots_of(self, table: list[int], start: int, end: int) -> np.ndarray:
         """Slot ids of positions [start, end) through `table` (computed here, not logged)."""

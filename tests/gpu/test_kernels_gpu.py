@@ -198,3 +198,92 @@ def test_big_reshape_and_copy_blocks_and_swap():
     swap_kv((k, v), (ck, cv), [(int(b), i) for i, b in enumerate(ids[:64])])
     swap_kv((ck, cv), (k, v), [(i, int(b)) for i, b in enumerate(ids[64:128])])
     assert torch.equal(k[ids[64:128]], k0[ids[:64]]) and torch.equal(v[ids[64:128]], cv.to(DEV))
+
+
+# Ragged work split: long and short contexts in one batch, so the batch is cut into items by
+# tokens (kernels/split_k.py); GQA groups 1/2/4/8, head sizes 64/128/256, block sizes 8-64.
+RAGGED_LONG = [1, 17, 300, 4096, 9000, 20000, 2, 511, 513]
+
+
+@pytest.mark.parametrize(
+    "hq,hkv,head_size,block_size",
+    [(8, 8, 128, 16), (16, 8, 64, 8), (32, 8, 128, 32), (16, 2, 256, 64)],
+)
+def test_decode_ragged_work_split(hq, hkv, head_size, block_size):
+    """Ragged batches with items of equal length: every (group, head, page) combination."""
+    err, case, _ = _decode(RAGGED_LONG, hq, hkv, head_size, block_size, torch.bfloat16)
+    assert err.max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}: {err.max():.3e}"
+
+
+@pytest.mark.parametrize("cfg", [DecodeConfig(ragged_programs_per_sm=48),
+                                 DecodeConfig(min_tokens_per_split=64, block_n=32),
+                                 DecodeConfig(fused_reduce=False, ragged_programs_per_sm=24)])
+def test_decode_ragged_many_items(cfg):
+    """Many short items per sequence (up to the 64-item cap), merged in-kernel or separately."""
+    err, case, _ = _decode(RAGGED_LONG, 32, 8, 128, 16, torch.bfloat16, config=cfg)
+    assert err.max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}: {err.max():.3e}"
+
+
+def test_decode_garbage_beyond_table_end():
+    """Table entries past each context name other sequences' live blocks: never read."""
+    lens = [100, 3000, 17, 4096]
+    case = make_case(lens, 8, 128, 16, torch.bfloat16, DEV)
+    q = random_queries((len(lens), 32, 128), torch.bfloat16, DEV, case.seed)
+    width = max(len(t) for t in case.block_tables) + 3
+    live = [b for t in case.block_tables for b in t]
+    gen = torch.Generator().manual_seed(case.seed)
+    pad = torch.tensor(live)[torch.randint(len(live), (len(lens), width), generator=gen)]
+    for i, t in enumerate(case.block_tables):
+        pad[i, : len(t)] = torch.tensor(t)
+    tables = pad.to(torch.int32).to(DEV)
+    out = paged_decode_attention(q, case.k_cache, case.v_cache, tables, lens)
+    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, lens)
+    assert rel_error_per_seq_head(out, ref).max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}"
+
+
+def test_decode_matches_previous_kernel():
+    """The work-split kernel and the previous one agree on a ragged batch (both vs float64)."""
+    from kernels.decode_v1 import paged_decode_attention_v1
+
+    err, case, q = _decode(RAGGED, 32, 8, 128, 16, torch.bfloat16)
+    old = paged_decode_attention_v1(q, case.k_cache, case.v_cache, case.block_tables, RAGGED)
+    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, RAGGED)
+    assert rel_error_per_seq_head(old, ref).max() < TOLERANCE[torch.bfloat16]
+    assert err.max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}"
+
+
+def _prefill_case(seqs, hq=32, hkv=8, d=128, bs=16, dtype=torch.bfloat16):
+    lens = [c for c, _ in seqs]
+    starts = [0]
+    for _, n in seqs:
+        starts.append(starts[-1] + n)
+    case = make_case(lens, hkv, d, bs, dtype, DEV)
+    q = random_queries((starts[-1], hq, d), dtype, DEV, case.seed)
+    token_seq = torch.repeat_interleave(torch.arange(len(seqs)), torch.tensor([n for _, n in seqs]))
+    return case, q, starts, lens, token_seq
+
+
+@pytest.mark.parametrize("num_seqs,new", [(1, 16), (16, 16), (5, 4), (3, 9)])
+def test_extend_short_over_long_prefix(num_seqs, new):
+    """A few new tokens over long cached prefixes (prefix hit tails, speculative verification)."""
+    seqs = [(5000 + 37 * i + new, new) for i in range(num_seqs)]
+    case, q, starts, lens, token_seq = _prefill_case(seqs)
+    out = poisoned(q)
+    paged_prefill_attention(q, case.k_cache, case.v_cache, case.block_tables, starts, lens, out=out)
+    ref = ref_prefill_attention(q, case.k_cache, case.v_cache, case.block_tables, starts, lens)
+    err = rel_error_per_seq_head(out, ref, token_seq)
+    assert err.max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}: {err.max():.3e}"
+
+
+def test_mixed_batch_one_launch():
+    """Decodes, a short extend and prefill chunks in one launch match the float64 reference."""
+    from kernels.attention import paged_attention
+
+    seqs = [(4000, 1), (17, 1), (1200, 1), (9000, 4), (700, 700), (2048 + 300, 300)]
+    case, q, starts, lens, token_seq = _prefill_case(seqs)
+    out = poisoned(q)
+    paged_attention(q, case.k_cache, case.v_cache, case.block_tables, starts, lens,
+                    num_small_seqs=4, small_query_len=4, out=out)
+    ref = ref_prefill_attention(q, case.k_cache, case.v_cache, case.block_tables, starts, lens)
+    err = rel_error_per_seq_head(out, ref, token_seq)
+    assert err.max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}: {err.max():.3e}"

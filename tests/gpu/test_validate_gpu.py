@@ -48,3 +48,26 @@ def test_cuda_and_cpu_rows_agree() -> None:
     rows = [KVContent(32, 8, 128, torch.bfloat16, torch.device(d)).kv_rows(h)[0].cpu()
             for d in ("cpu", "cuda")]
     assert torch.equal(rows[0], rows[1])
+
+
+FP8 = {"kv_cache_dtype": "fp8", "k_scale": 0.05, "v_scale": 0.02}
+
+
+def test_fp8_scenario_validates_on_cuda(tmp_path: Path) -> None:
+    """An fp8 (e4m3) cache with the log's scales: every step within the bf16 bound, 1-byte rows."""
+    log = scenario_log(tmp_path / "log.jsonl.gz", dtype="bf16", arch=FP8, **LAYOUT)
+    [res] = validate_log(log, Options(device="cuda"))
+    assert res.failure is None, res.failure
+    assert res.num_validated == res.num_steps == 11
+    assert 0 < res.max_error < res.tolerance
+    assert "fp8" in res.dtype
+    assert res.memory["all_layers_bytes"] == 2 * 2 * 64 * 16 * 8 * 128
+
+
+def test_fp8_mutation_caught_on_cuda(tmp_path: Path) -> None:
+    """A wrong table entry is still caught through fp8 attention."""
+    log = scenario_log(tmp_path / "log.jsonl.gz", dtype="bf16", arch=FP8, **LAYOUT)
+    opts = Options(device="cuda", check_slots=False, timing=False,
+                   mutation=Mutation.parse("table:0"))
+    [res] = validate_log(log, opts)
+    assert res.failure_kind == "attention", res.failure

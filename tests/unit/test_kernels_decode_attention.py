@@ -154,9 +154,114 @@ def test_wrapper_rejects_bad_arguments():
 
 
 def test_split_heuristic():
-    """Splits only when (sequence, KV head) programs underfill the GPU, never below min range."""
+    """Uniform batches: about 3 items per SM, none below 256 tokens."""
     assert choose_num_splits(64, 8, 4096, 64, 132) == 1
-    assert choose_num_splits(1, 8, 4096, 64, 132) == 8
-    assert choose_num_splits(8, 8, 4096, 64, 132) == 7
-    assert choose_num_splits(1, 8, 700, 64, 132) == 1
+    assert choose_num_splits(1, 8, 4096, 64, 132) == 16
+    assert choose_num_splits(8, 8, 4096, 64, 132) == 6
+    assert choose_num_splits(32, 8, 4096, 64, 132) == 2
+    assert choose_num_splits(16, 8, 16384, 64, 132) == 4
+    assert choose_num_splits(256, 8, 1024, 64, 132) == 1
+    assert choose_num_splits(1, 8, 700, 64, 132) == 2
+    assert choose_num_splits(1, 8, 500, 64, 132) == 1
     assert split_span(5000, 1024) == 1024 and split_span(100, None) == 100
+
+
+RAGGED_CFG = DecodeConfig(block_n=16, min_tokens_per_split=16, ragged_programs_per_sm=8)
+
+
+def test_ragged_batch_split_by_tokens():
+    """A ragged batch cut into many short items (merged in-kernel) matches the reference."""
+    out, ref, _, case = _run([3, 150, 9, 64, 1], 8, 2, 64, 8, torch.bfloat16, config=RAGGED_CFG)
+    assert rel_error_per_seq_head(out, ref).max() < TOLERANCE[torch.bfloat16], f"{case.seed}"
+
+
+def test_fp8_cache_matches_dequantised_reference():
+    """An e4m3 cache with per-tensor scales, bf16 queries, split: float64 over dequantised."""
+    from kernels.fp8 import quantize
+    from kernels.reference import Variant
+
+    lens = [5, 40, 77]
+    case = make_case(lens, 2, 64, 8, torch.bfloat16)
+    k, v = quantize(case.k_cache * 0.1, 0.02), quantize(case.v_cache * 3, 0.5)
+    q = random_queries((3, 8, 64), torch.bfloat16, "cpu", case.seed)
+    out = poisoned(q)
+    paged_decode_attention(q, k, v, case.block_tables, lens, out=out, k_scale=0.02, v_scale=0.5,
+                           config=RAGGED_CFG)
+    ref = ref_decode_attention(q, k, v, case.block_tables, lens,
+                               variant=Variant(k_scale=0.02, v_scale=0.5))
+    assert rel_error_per_seq_head(out, ref).max() < TOLERANCE[torch.bfloat16], f"{case.seed}"
+    wrong = ref_decode_attention(q, k, v, case.block_tables, lens)
+    assert rel_error_per_seq_head(out, wrong).max() > 0.1, "scales made no difference"
+
+
+@pytest.mark.parametrize("num_splits", [None, 3])
+def test_model_variants(num_splits):
+    """Soft-capping, sinks and chunked local attention together, split or not."""
+    from kernels.reference import Variant
+
+    var = Variant(soft_cap=1.5, sinks=torch.tensor([-1.0, 0.5, 2.0, 4.0]), chunk=24)
+    case = make_case(LENS, 2, 64, 8, torch.float32)
+    q = random_queries((len(LENS), 4, 64), torch.float32, "cpu", case.seed) * 3
+    kw = {"soft_cap": var.soft_cap, "sinks": var.sinks, "attention_chunk_size": var.chunk}
+    out = paged_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, LENS,
+                                 num_splits=num_splits, config=DecodeConfig(block_n=16), **kw)
+    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, LENS,
+                               variant=var)
+    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+    plain = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, LENS)
+    assert rel_error_per_seq_head(out, plain).max() > 1e-2, "variants made no difference"
+
+
+def test_kernel_blocks_under_manager_blocks():
+    """Kernel blocks of 8 under manager blocks of 16 / 32, ids from BlockTable's mapping rule."""
+    from allocator.block_table import BlockTable
+
+    for manager in (16, 32):
+        case = make_case([5, 70, 33], 2, 64, manager, torch.float32)
+        ratio = manager // 8
+        tables = [BlockTable.map_to_kernel_blocks(t, ratio, range(ratio)).tolist()
+                  for t in case.block_tables]
+        q = random_queries((3, 4, 64), torch.float32, "cpu", case.seed)
+        out = paged_decode_attention(q, case.k_cache, case.v_cache, tables, [5, 70, 33],
+                                     kernel_block_size=8)
+        ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, [5, 70, 33])
+        assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+    with pytest.raises(ValueError, match="kernel_block_size"):
+        paged_decode_attention(q, case.k_cache, case.v_cache, tables, [5, 70, 33],
+                               kernel_block_size=12)
+
+
+def test_table_entries_beyond_the_context_are_never_read():
+    """Tensor tables padded with other sequences' live blocks give the same output."""
+    lens = [9, 40]
+    case = make_case(lens, 2, 64, 8, torch.float32)
+    q = random_queries((2, 4, 64), torch.float32, "cpu", case.seed)
+    live = case.block_tables[1] * 2
+    tables = torch.tensor([(t + live)[:8] for t in case.block_tables], dtype=torch.int32)
+    out = paged_decode_attention(q, case.k_cache, case.v_cache, tables, lens)
+    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, lens)
+    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+
+
+def test_repeated_calls_take_the_bound_launch():
+    """Same shapes again: the cached launch reads the new lengths; a changed dtype is checked."""
+    import kernels.decode_attention as decode_module
+
+    case = make_case([30, 12], 2, 64, 8, torch.float32)
+    q = random_queries((2, 4, 64), torch.float32, "cpu", case.seed)
+    width = max(len(t) for t in case.block_tables)
+    tables = torch.tensor([t + [0] * (width - len(t)) for t in case.block_tables],
+                          dtype=torch.int32)
+    lens = torch.tensor([30, 12], dtype=torch.int32)
+    out = torch.empty_like(q)
+    args = (q, case.k_cache, case.v_cache, tables, lens)
+    paged_decode_attention(*args, max_context_len=30, out=out)
+    size = len(decode_module._FAST)
+    lens[:] = torch.tensor([17, 3])
+    paged_decode_attention(*args, max_context_len=30, out=out)
+    assert len(decode_module._FAST) == size
+    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, [17, 3])
+    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+    with pytest.raises(ValueError, match="dtype"):
+        paged_decode_attention(q.half(), case.k_cache, case.v_cache, tables, lens,
+                               max_context_len=30)

@@ -19,9 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 _COMPILED_MODE_SCRIPT = """
 import triton, torch
 from triton.runtime.jit import JITFunction
-from kernels.decode_attention import _paged_decode_kernel, paged_decode_attention
+from kernels.attention_kernel import paged_attention_kernel
+from kernels.decode_attention import paged_decode_attention
 from kernels.reference import ref_decode_attention, rel_error_per_seq_head
-assert isinstance(_paged_decode_kernel, JITFunction)
+assert isinstance(paged_attention_kernel, JITFunction)
 torch.manual_seed(0)
 k = torch.randn(4, 8, 1, 16); v = torch.randn(4, 8, 1, 16); q = torch.randn(2, 2, 16)
 out = paged_decode_attention(q, k, v, [[1, 2], [3]], [12, 5])

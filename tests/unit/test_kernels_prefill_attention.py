@@ -95,3 +95,51 @@ def test_wrapper_rejects_bad_arguments():
         )
     with pytest.raises(ValueError, match="power of two"):
         PrefillConfig(block_m=24)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_short_extends_run_as_split_k_items(fused):
+    """At most 16 new tokens per sequence: the split-K path, forced to split, merged in-kernel
+    or by the row-parallel merge launch, matches."""
+    from kernels.decode_config import DecodeConfig
+
+    seqs = [(70, 4), (33, 16), (9, 1)]
+    lens, starts = [c for c, _ in seqs], [0, 4, 20, 21]
+    case = make_case(lens, 2, 32, 8, torch.bfloat16)
+    q = random_queries((21, 8, 32), torch.bfloat16, "cpu", case.seed)
+    out = poisoned(q)
+    paged_prefill_attention(q, case.k_cache, case.v_cache, case.block_tables, starts, lens,
+                            out=out, decode_config=DecodeConfig(
+                                block_n=16, min_tokens_per_split=16, fused_reduce=fused))
+    ref = ref_prefill_attention(q, case.k_cache, case.v_cache, case.block_tables, starts, lens)
+    token_seq = torch.tensor([0] * 4 + [1] * 16 + [2])
+    err = rel_error_per_seq_head(out, ref, token_seq)
+    assert err.max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}: {err}"
+
+
+@pytest.mark.parametrize("long_chunks", [True, False])
+def test_variants_and_fp8_in_prefill(long_chunks):
+    """Window, sinks, soft-cap over an fp8 cache, in query tiles and in split-K items."""
+    from kernels.decode_config import DecodeConfig
+    from kernels.fp8 import quantize
+    from kernels.reference import Variant
+
+    seqs = SEQS if long_chunks else [(30, 1), (29, 11), (60, 5)]
+    lens = [c for c, _ in seqs]
+    starts = [0]
+    for _, n in seqs:
+        starts.append(starts[-1] + n)
+    var = Variant(soft_cap=2.0, sinks=torch.tensor([0.0, 1.0, -1.0, 3.0]), window=13,
+                  k_scale=0.25, v_scale=2.0)
+    case = make_case(lens, 2, 32, 8, torch.bfloat16)
+    k, v = quantize(case.k_cache, 0.25), quantize(case.v_cache, 2.0)
+    q = random_queries((starts[-1], 4, 32), torch.bfloat16, "cpu", case.seed)
+    out = poisoned(q)
+    paged_prefill_attention(q, k, v, case.block_tables, starts, lens, out=out, config=SMALL,
+                            decode_config=DecodeConfig(block_n=16, min_tokens_per_split=16),
+                            soft_cap=2.0, sinks=var.sinks, sliding_window=13, k_scale=0.25,
+                            v_scale=2.0)
+    ref = ref_prefill_attention(q, k, v, case.block_tables, starts, lens, variant=var)
+    token_seq = torch.repeat_interleave(torch.arange(len(seqs)), torch.tensor([n for _, n in seqs]))
+    err = rel_error_per_seq_head(out, ref, token_seq)
+    assert err.max() < TOLERANCE[torch.bfloat16], f"seed {case.seed}: {err}"

@@ -1,0 +1,181 @@
+"""Building blocks of the paged attention kernel: a tile of keys, a key range, finishing rows.
+
+A program holds BLOCK_M query rows (each a (query token, query head) pair of one KV head) and
+streams keys through the block table in tiles of BLOCK_N tokens,
+
+    token t  ->  block_tables[seq][t // BLOCK_SIZE], row t % BLOCK_SIZE
+
+with an online softmax in base 2 (running max `m`, sum `l`, accumulator `acc`). Row r sees
+key j iff row_lo[r] <= j <= q_pos[r] (causal, and a sliding window or a local-attention chunk
+from `key_lo`). `attend` runs the keys that every row sees without any mask and masks only
+the edges. Scores may be soft-capped (Gemma 2); fp8 keys and values are widened to the query
+dtype (exact), their scales folded into `scale_log2` and `v_scale` by the caller.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels.launch import accumulate_pv
+
+LOG2E = 1.4426950408889634  # host side; jit code writes the literal
+
+
+@triton.jit
+def key_lo(pos, window, chunk, USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr):
+    """First key a query at `pos` sees: its sliding window's and its local chunk's start."""
+    lo = pos * 0
+    if USE_WINDOW:
+        lo = tl.maximum(pos - window + 1, 0)
+    if USE_CHUNK:
+        lo = tl.maximum(lo, pos // chunk * chunk)
+    return lo
+
+
+@triton.jit
+def load_query(q, UPCAST: tl.constexpr, Q16: tl.constexpr):
+    """Queries as the dots take them, and the factor the scores must be multiplied by.
+
+    Q16 (fp8 caches): fp16 times 2^-s, s >= 0 the least keeping max|q| below 2^15, so the fp8
+    keys and values widen to fp16 in one instruction (e4m3 is a subset of fp16; to bf16 takes
+    three) and the dots run in fp16; 2^s comes back into the scores. UPCAST (bf16 under the
+    interpreter): fp32.
+    """
+    gain = 1.0
+    if Q16:
+        amax = tl.max(tl.max(tl.abs(q.to(tl.float32)), 1), 0)
+        s = tl.maximum(((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 141, 0)
+        down = ((127 - s) << 23).to(tl.float32, bitcast=True)
+        gain = ((127 + s) << 23).to(tl.float32, bitcast=True)
+        q = (q.to(tl.float32) * down).to(tl.float16)
+    elif UPCAST:
+        q = q.to(tl.float32)
+    return q, gain
+
+
+@triton.jit
+def softcap_log2(s, cap_in, cap_out):
+    """`cap * tanh(s * scale / cap)` in base 2, for cap_in = 2 log2(e) scale / cap and
+    cap_out = cap log2(e): tanh|x| = (1 - t) / (1 + t) with t = exp(-2|x|), never overflowing."""
+    u = s * cap_in
+    t = tl.exp2(-tl.abs(u))
+    th = (1.0 - t) / (1.0 + t)
+    return tl.where(u < 0, -th, th) * cap_out
+
+
+@triton.jit
+def _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
+          scale_log2, cap_in, cap_out, stride_cb, stride_ct,
+          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr,
+          MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
+          SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One tile of keys [start, start + BLOCK_N), masked below `hi` if MASK_KEYS."""
+    offs_n = start + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < hi
+    if MASK_KEYS:
+        block_id = tl.load(table_row + offs_n // BLOCK_SIZE, mask=n_mask, other=0)
+    else:
+        block_id = tl.load(table_row + offs_n // BLOCK_SIZE)
+    rows = (block_id.to(tl.int64) * stride_cb + (offs_n % BLOCK_SIZE) * stride_ct)[:, None]
+    if MASK_KEYS:
+        k = tl.load(k_head + rows + offs_d[None, :], mask=n_mask[:, None], other=0.0)
+    else:
+        k = tl.load(k_head + rows + offs_d[None, :])
+    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION)  # [BLOCK_M, BLOCK_N]
+    if SOFT_CAP:
+        s = softcap_log2(s, cap_in, cap_out)
+    else:
+        s = s * scale_log2
+    if MASK_ROWS:
+        vis = (offs_n[None, :] <= q_pos[:, None]) & (offs_n[None, :] >= row_lo[:, None])
+        if MASK_KEYS:
+            vis = vis & n_mask[None, :]
+        s = tl.where(vis, s, float("-inf"))
+    elif MASK_KEYS:
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if MASK_ROWS:  # a row may have seen no key yet: keep exp2 away from -inf - -inf
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_ref = m_new
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if MASK_KEYS:
+        v = tl.load(v_head + rows + offs_d[None, :], mask=n_mask[:, None], other=0.0)
+    else:
+        v = tl.load(v_head + rows + offs_d[None, :])
+    acc = acc * alpha[:, None]
+    acc = accumulate_pv(acc, p, v.to(q.dtype), UPCAST, SPLIT_P, DOT_PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _attend_range(acc, m_i, l_i, q, lo, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
+                  scale_log2, cap_in, cap_out, stride_cb, stride_ct,
+                  BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr,
+                  MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
+                  SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    for start in range(lo, hi, BLOCK_N):
+        acc, m_i, l_i = _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head,
+                              table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
+                              stride_ct, BLOCK_SIZE, BLOCK_N, MASK_KEYS, MASK_ROWS, SOFT_CAP,
+                              UPCAST, SPLIT_P, DOT_PRECISION)
+    return acc, m_i, l_i
+
+
+@triton.jit
+def attend(acc, m_i, l_i, q, lo, hi, full_lo, full_hi, q_pos, row_lo, k_head, v_head,
+           table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb, stride_ct,
+           BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_ROWS: tl.constexpr,
+           SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr,
+           DOT_PRECISION: tl.constexpr):
+    """Keys [lo, hi): whole tiles inside [full_lo, full_hi) (seen by every row) unmasked.
+
+    Without MASK_ROWS every row sees all of [lo, hi): only the last tile is masked.
+    """
+    if MASK_ROWS:
+        a = tl.minimum(tl.maximum(full_lo, lo), hi)
+        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, lo, a, q_pos, row_lo, k_head, v_head,
+                                      table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
+                                      stride_ct, BLOCK_SIZE, BLOCK_N, True, True, SOFT_CAP,
+                                      UPCAST, SPLIT_P, DOT_PRECISION)
+        b = a + tl.maximum(tl.minimum(full_hi, hi) - a, 0) // BLOCK_N * BLOCK_N
+    else:
+        a = lo
+        b = lo + (hi - lo) // BLOCK_N * BLOCK_N
+    acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, a, b, q_pos, row_lo, k_head, v_head,
+                                  table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
+                                  stride_ct, BLOCK_SIZE, BLOCK_N, False, False, SOFT_CAP,
+                                  UPCAST, SPLIT_P, DOT_PRECISION)
+    acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, b, hi, q_pos, row_lo, k_head, v_head,
+                                  table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
+                                  stride_ct, BLOCK_SIZE, BLOCK_N, True, MASK_ROWS, SOFT_CAP,
+                                  UPCAST, SPLIT_P, DOT_PRECISION)
+    return acc, m_i, l_i
+
+
+@triton.jit
+def finish(acc, m_i, l_i, sink, v_scale, HAS_SINK: tl.constexpr):
+    """Normalised rows times V's scale; a sink logit (log2 units) joins the denominator only."""
+    if HAS_SINK:
+        m_fin = tl.maximum(m_i, sink)
+        m_fin = tl.where(m_fin == float("-inf"), 0.0, m_fin)
+        keep = tl.exp2(m_i - m_fin)
+        l_i = l_i * keep + tl.exp2(sink - m_fin)
+        acc = acc * keep[:, None]
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    return acc * (v_scale / l_safe)[:, None]
+
+
+@triton.jit
+def log2_sum_exp(m_i, l_i):
+    """A split's log2-sum-exp, -inf where it saw no key."""
+    return tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
+
+
+def num_rows(tokens: int, group: int) -> tuple[int, int]:
+    """(rows, padded rows) of a tile holding `tokens` query tokens of `group` query heads."""
+    rows = tokens * group
+    return rows, max(16, int(triton.next_power_of_2(rows)))
