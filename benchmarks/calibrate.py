@@ -1,178 +1,211 @@
-"""Measure per-layer attention and linear-layer times for the simulator's table step-time model.
+"""Calibration grid: synthetic batch shapes through the executed forward, one JSON artefact.
 
-Writes sim/calibration/h200_llama3_8b.csv (format in sim/calibration/README.md): paged decode
-attention over a batch x context grid, paged prefill/extend attention over a new-tokens x
-context grid, and the four bf16 linear layers of one Llama-3-8B layer over a token grid. Times
-are medians of `triton.testing.do_bench` (L2 flushed before each run), in microseconds.
+    PYTHONPATH=. python3 benchmarks/calibrate.py --model Llama-3-8B --out FILE.json
+    PYTHONPATH=. python3 benchmarks/calibrate.py --model-json config.json --grid smoke --out F
 
-    PYTHONPATH=. python3 benchmarks/calibrate.py --out sim/calibration/h200_llama3_8b.csv
+Each grid point is a synthetic step executed exactly as a logged step is (kernels/execute/
+step.py: whole decoder forward, CUDA graph and eager times, per-part graphs): decode-only
+(B sequences with c tokens cached), prefill (one chunk of n new tokens after p cached) and mixed
+(B decodes plus one chunk). Block tables are random permutations of one pool sized for the
+largest point. The model comes from a sim preset (`--model`, dense presets) or an HF
+`config.json` (`--model-json`, MoE too). The artefact (format "pagedsim-step-calibration",
+described in kernels/execute/README.md and inside the file itself) holds the model, GPU,
+dtypes, software, date, method and every point; it replaces the per-layer table CSV.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
+import random
 import sys
-import time
+from pathlib import Path
+from typing import Any
 
 import torch
-import triton
-from triton.testing import do_bench
 
-from kernels.decode_attention import paged_decode_attention
-from kernels.prefill_attention import paged_prefill_attention
+from kernels.execute.arch import Architecture
+from kernels.execute.model import Engine, GiB
+from kernels.execute.output import METHOD, STEP_FIELDS, AtomicWriter, environment
+from kernels.execute.step import ExecOptions, execute_record
+from kernels.execute.timing import TimingOptions
+from kernels.validate.log import SeqRecord, StepRecord
+from sim.models import get_model
 
-HQ, HKV, D, BS, DT = 32, 8, 128, 16, torch.bfloat16
-DEVICE = "cuda"
-HIDDEN, INTERMEDIATE = 4096, 14336
-MAX_TOKENS = 1 << 21  # 2 Mi cached tokens: 8 GiB of K+V, the cache every grid point draws from
-DECODE_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-DECODE_CONTEXTS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
-PREFILL_NEW = [16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
-PREFILL_PREFIX = [0, 512, 2048, 8192, 16384]
-GEMM_TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+FORMAT, FORMAT_VERSION = "pagedsim-step-calibration", 1
+# (decodes, decode context, prefill new tokens, cached prefix): one point each.
+Point = tuple[int, int, int, int]
 
 
-def time_call(fn, *args, **kwargs) -> float:
-    """Median microseconds of `fn(*args, **kwargs)` after one untimed call (compilation)."""
-    fn(*args, **kwargs)
-    return (
-        float(do_bench(lambda: fn(*args, **kwargs), warmup=25, rep=100, return_mode="median")) * 1e3
-    )
+def _grid(batches: list[int], contexts: list[int], chunks: list[int], prefixes: list[int],
+          mixed: list[tuple[int, int, int]], max_tokens: int) -> list[Point]:
+    decode = [(b, c, 0, 0) for b in batches for c in contexts if b * c <= max_tokens]
+    prefill = [(0, 0, n, p) for n in chunks for p in prefixes]
+    return decode + prefill + [(b, c, n, 0) for b, c, n in mixed]
 
 
-def tables_for(batch: int, ctx: int, num_blocks: int, gen: torch.Generator) -> torch.Tensor:
-    """`batch` block tables of `ctx` tokens each, over randomly permuted distinct blocks."""
-    per_seq = triton.cdiv(ctx, BS)
-    ids = torch.randperm(num_blocks - 1, device=DEVICE, generator=gen)[: batch * per_seq] + 1
-    return ids.view(batch, per_seq).to(torch.int32)
+GRIDS: dict[str, list[Point]] = {
+    "full": _grid([1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+                  [128, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+                  [16, 64, 128, 256, 512, 1024, 2048, 4096, 8192], [0, 1024, 4096, 16384],
+                  [(b, c, n) for b in (4, 16, 64, 128) for c in (1024, 4096)
+                   for n in (64, 256, 1024, 2048)], 1 << 19),
+    "smoke": _grid([1, 8, 64, 256], [512, 4096], [512, 2048], [0, 4096], [(16, 1024, 512)],
+                   1 << 19),
+    "tiny": _grid([1, 3], [5], [6], [0, 7], [(2, 9, 5)], 1 << 10),
+}
+POINT_FIELDS = {
+    "kind": "decode, prefill or mixed",
+    "num_decode / decode_context": "decoding sequences and the tokens each has cached",
+    "prefill_new / prefill_prefix": "the chunk's new tokens and the tokens cached before it",
+    **{k: v for k, v in STEP_FIELDS.items() if k not in ("class", "logged_attention_s")},
+}
+TORCH_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
-def decode_rows(k: torch.Tensor, v: torch.Tensor, gen: torch.Generator) -> list[tuple]:
-    rows = []
-    for batch in DECODE_BATCHES:
-        for ctx in DECODE_CONTEXTS:
-            if batch * ctx > MAX_TOKENS:
-                continue
-            tables = tables_for(batch, ctx, k.shape[0], gen)
-            lens = torch.full((batch,), ctx, dtype=torch.int32, device=DEVICE)
-            q = torch.randn((batch, HQ, D), device=DEVICE, generator=gen).to(DT)
-            out = torch.empty_like(q)
-            us = time_call(
-                paged_decode_attention, q, k, v, tables, lens, max_context_len=ctx, out=out
-            )
-            # Table convention: context = tokens cached before the step (the new one excluded).
-            rows.append(("decode_attn", batch, ctx - 1, 1, us))
-    return rows
+def preset_architecture(name: str) -> Architecture:
+    """A dense sim preset as an Architecture. rope_theta and rms_norm_eps, which the presets
+    lack, are set to 10000 and 1e-5: they do not change the work of a step."""
+    m = get_model(name)
+    dtype = TORCH_NAMES[m.dtype]
+    return Architecture(
+        name=m.name, num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_heads,
+        num_kv_heads=m.num_kv_heads, head_dim=m.head_dim, intermediate_size=m.intermediate_size,
+        vocab_size=m.vocab_size, dtype=dtype, kv_cache_dtype=dtype,
+        sliding_window=m.sliding_window, rope_theta=10000.0 if m.gated_mlp else None,
+        rms_norm_eps=1e-5, gated_mlp=m.gated_mlp, qkv_bias=m.name.startswith("Qwen2"))
 
 
-def prefill_rows(k: torch.Tensor, v: torch.Tensor, gen: torch.Generator) -> list[tuple]:
-    rows = []
-    for new in PREFILL_NEW:
-        for prefix in PREFILL_PREFIX:
-            ctx = prefix + new
-            tables = tables_for(1, ctx, k.shape[0], gen)
-            lens = torch.tensor([ctx], dtype=torch.int32, device=DEVICE)
-            starts = torch.tensor([0, new], dtype=torch.int32, device=DEVICE)
-            q = torch.randn((new, HQ, D), device=DEVICE, generator=gen).to(DT)
-            out = torch.empty_like(q)
-            us = time_call(
-                paged_prefill_attention, q, k, v, tables, starts, lens, max_new_tokens=new, out=out
-            )
-            rows.append(("prefill_attn", 1, prefix, new, us))
-    return rows
+def _blocks(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size)
 
 
-def gemm_rows(gen: torch.Generator) -> list[tuple]:
-    """One layer's linear layers: fused QKV, attention out, fused gate/up, down (bf16, cuBLAS)."""
-
-    def weight(n_in: int, n_out: int) -> torch.Tensor:
-        return (torch.randn((n_in, n_out), device=DEVICE, generator=gen) * n_in**-0.5).to(DT)
-
-    w_qkv, w_o = weight(HIDDEN, (HQ + 2 * HKV) * D), weight(HQ * D, HIDDEN)
-    w_gate_up, w_down = weight(HIDDEN, 2 * INTERMEDIATE), weight(INTERMEDIATE, HIDDEN)
-    rows = []
-    for tokens in GEMM_TOKENS:
-        x = torch.randn((tokens, HIDDEN), device=DEVICE, generator=gen).to(DT)
-        attn = torch.randn((tokens, HQ * D), device=DEVICE, generator=gen).to(DT)
-        act = torch.randn((tokens, INTERMEDIATE), device=DEVICE, generator=gen).to(DT)
-
-        rows.append(
-            (
-                "gemm",
-                1,
-                0,
-                tokens,
-                time_call(_linear_layers, x, attn, act, w_qkv, w_o, w_gate_up, w_down),
-            )
-        )
-    return rows
+def pool_blocks(points: list[Point], block_size: int) -> int:
+    """Blocks for the largest point, plus the null block 0."""
+    return 1 + max(b * _blocks(c + 1, block_size) + _blocks(p + n, block_size)
+                   for b, c, n, p in points)
 
 
-def _linear_layers(x, attn, act, w_qkv, w_o, w_gate_up, w_down) -> None:
-    torch.matmul(x, w_qkv)
-    torch.matmul(attn, w_o)
-    torch.matmul(x, w_gate_up)
-    torch.matmul(act, w_down)
+def synthetic_record(index: int, point: Point, num_blocks: int, block_size: int, vocab: int,
+                     rng: random.Random) -> StepRecord:
+    """The point as a step record: tables from a random permutation of blocks 1..N-1."""
+    decodes, ctx, new, prefix = point
+    spans = [(ctx, ctx + 1)] * decodes + ([(prefix, prefix + new)] if new else [])
+    ids = rng.sample(range(1, num_blocks), sum(_blocks(e, block_size) for _, e in spans))
+    seqs = []
+    for i, (start, end) in enumerate(spans):
+        table, ids = ids[: _blocks(end, block_size)], ids[_blocks(end, block_size):]
+        slots = [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+        tokens = [rng.randrange(vocab) for _ in range(end - start)]
+        seqs.append(SeqRecord(str(i), 0, start, end, tokens, table, slots))
+    return StepRecord(index, 0, float("nan"), seqs, [], [], [], [], {}, [], 0, 0)
 
 
-def write_csv(path: str, rows: list[tuple]) -> None:
-    props = torch.cuda.get_device_properties(0)
-    sms, gib = props.multi_processor_count, props.total_memory / 2**30
-    header = [
-        f"# machine: {torch.cuda.get_device_name()} ({sms} SMs, {gib:.0f} GiB)",
-        f"# date: {time.strftime('%Y-%m-%d', time.gmtime())}",
-        f"# torch: {torch.__version__}; triton: {triton.__version__}",
-        "# model: Llama-3-8B",
-        f"# gpu: {torch.cuda.get_device_name()}",
-        "# tp: 1",
-        "# kv_cache_dtype: bf16",
-        (
-            "# shape: one Llama-3-8B layer (32 q / 8 kv heads, head 128, hidden 4096, "
-            "intermediate 14336), bf16,"
-            " block size 16; kernels: pagedsim kernels/ (default configs); gemm: torch matmul"
-        ),
-        (
-            "# time_us: median of triton.testing.do_bench, L2 flushed; columns: see "
-            "sim/calibration/README.md"
-        ),
-        "kind,batch,context,new_tokens,time_us",
-    ]
-    lines = header + [f"{kind},{b},{c},{n},{t:.2f}" for kind, b, c, n, t in rows]
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+def _kind(point: Point) -> str:
+    return "mixed" if point[0] and point[2] else ("decode" if point[0] else "prefill")
+
+
+def run_grid(arch: Architecture, points: list[Point], device: torch.device, block_size: int,
+             opts: ExecOptions, rows: list[dict[str, Any]], memory: dict[str, Any],
+             kv_layers: int | None = None) -> None:
+    """Execute every point, appending its row to `rows` (kept if a later point fails)."""
+    num_blocks = pool_blocks(points, block_size)
+    engine = Engine(arch, block_size, num_blocks, 0, device, seed=opts.seed, kv_layers=kv_layers,
+                    reserve_bytes=6 * GiB)
+    memory.update(engine.memory())
+    rng = random.Random(opts.seed)
+    for i, point in enumerate(points):
+        rec = synthetic_record(i, point, num_blocks, block_size, arch.vocab_size, rng)
+        row = execute_record(engine, rec, opts)
+        rows.append({"kind": _kind(point), "num_decode": point[0], "decode_context": point[1],
+                     "prefill_new": point[2], "prefill_prefix": point[3], **row})
+        print(format_row(rows[-1]), flush=True)
+
+
+def format_row(row: dict[str, Any]) -> str:
+    """One printed table line: graph vs eager per batch shape."""
+    def ms(key: str) -> str:
+        return "-" if row.get(key) is None else f"{row[key] * 1e3:9.3f}"
+
+    shape = (f"{row['num_decode']}x{row['decode_context']}" if row["num_decode"] else "")
+    if row["prefill_new"]:
+        shape += ("+" if shape else "") + f"{row['prefill_new']}@{row['prefill_prefix']}"
+    ratio = (f"{row['eager_s'] / row['graph_s']:6.2f}" if row.get("graph_s") else "     -")
+    return (f"{row['kind']:<8} {shape:<16} {row['batch']['num_tokens']:>6} "
+            f"{row['batch']['mode']:<9} {ms('graph_s')} {ms('eager_s')} {ratio} "
+            f"{ms('attention_s')} {ms('linear_s')} {ms('other_s')}")
+
+
+TABLE_HEADER = (f"{'kind':<8} {'shape':<16} {'tokens':>6} {'mode':<9} {'graph ms':>9} "
+                f"{'eager ms':>9} {'e/g':>6} {'attn ms':>9} {'lin ms':>9} {'other ms':>9}")
+
+
+def artefact(arch: Architecture, grid: str, block_size: int, device: torch.device,
+             opts: ExecOptions, rows: list[dict[str, Any]], memory: dict[str, Any],
+             error: str | None = None) -> dict[str, Any]:
+    """The calibration artefact (self-describing; see kernels/execute/README.md)."""
+    return {"format": FORMAT, "format_version": FORMAT_VERSION,
+            "about": "step times of synthetic batches through pagedsim's executed forward "
+                     "(kernels/execute); seconds; one point per line of 'points'",
+            "complete": error is None, "error": error, "model": arch.to_json(),
+            "dtype": arch.dtype, "kv_cache_dtype": arch.kv_cache_dtype,
+            "block_size": block_size, "tp": 1, "grid": grid, **environment(device),
+            "memory": memory, "options": opts.to_json(), "method": METHOD,
+            "point_fields": POINT_FIELDS, "points": rows}
+
+
+def _architecture(args: argparse.Namespace) -> Architecture:
+    if args.model_json:
+        path = Path(args.model_json)
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"--model-json {path}: cannot read ({exc})") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"--model-json {path}: expected a JSON object")
+        return Architecture.from_hf_config(cfg, str(path))
+    return preset_architecture(args.model)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--out",
-        default="sim/calibration/h200_llama3_8b.csv",
-        help="CSV path (default: %(default)s)",
-    )
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--model", default="Llama-3-8B", help="a sim preset (dense)")
+    src.add_argument("--model-json", help="an HF config.json (dense or MoE)")
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="full")
+    ap.add_argument("--out", required=True, help="the artefact's path (JSON)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kv-layers", type=int, help="KV caches allocated (default: all that fit)")
+    ap.add_argument("--no-parts", action="store_true", help="skip the per-part graphs")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("calibrate: needs a CUDA device", file=sys.stderr)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("calibrate: --device cuda: no CUDA device (use --device cpu)", file=sys.stderr)
         return 2
-    gen = torch.Generator(device=DEVICE).manual_seed(0)
-    num_blocks = MAX_TOKENS // BS + 1
-    k = torch.randn((num_blocks, BS, HKV, D), device=DEVICE, generator=gen).to(DT)
-    v = torch.randn((num_blocks, BS, HKV, D), device=DEVICE, generator=gen).to(DT)
-    rows = []
-    for name, fn in (
-        ("decode", lambda: decode_rows(k, v, gen)),
-        ("prefill", lambda: prefill_rows(k, v, gen)),
-        ("gemm", lambda: gemm_rows(gen)),
-    ):
-        t0 = time.time()
-        rows += fn()
-        print(f"[calibrate {name}: {time.time() - t0:.0f} s]", flush=True)
-    write_csv(args.out, rows)
-    print(f"wrote {len(rows)} rows to {args.out}")
-    return 0
+    try:
+        arch = _architecture(args)
+    except ValueError as exc:
+        print(f"calibrate: {exc}", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    opts = ExecOptions(seed=args.seed, timing=TimingOptions(parts=not args.no_parts))
+    print(f"calibrate {arch.name} ({arch.dtype}) grid {args.grid} on {device}\n{TABLE_HEADER}")
+    rows: list[dict[str, Any]] = []
+    memory: dict[str, Any] = {}
+    error = None
+    try:
+        run_grid(arch, GRIDS[args.grid], device, args.block_size, opts, rows, memory,
+                 args.kv_layers)
+    except (RuntimeError, ValueError) as exc:  # torch's CUDA errors are RuntimeErrors
+        error = f"point {len(rows)}: {type(exc).__name__}: {exc}".splitlines()[0]
+        print(f"calibrate: {error}", file=sys.stderr)
+    with AtomicWriter(args.out) as out:
+        out.write(json.dumps(artefact(arch, args.grid, args.block_size, device, opts, rows,
+                                      memory, error), indent=1) + "\n")
+    print(f"wrote {len(rows)} points to {args.out}" + (" (incomplete)" if error else ""))
+    return 1 if error else 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 copy-on-write, swap out and in, preempt by recompute, finish) against
 `allocator.paged.PagedKVCacheManager` and writes each step in the allocation-log format of
 `sim/results_schema.json`, without the simulator (so it also runs where simpy is missing).
-`scenario_log` is the standard scenario that touches every event kind.
+`scenario_log` is the standard scenario that touches every event kind. The header's `model`
+section carries the whole architecture the executor needs (a tiny dense model by default;
+`arch` overrides or adds fields, e.g. the MoE ones).
 """
 from __future__ import annotations
 
@@ -18,12 +20,20 @@ from allocator.paged import PagedKVCacheManager
 from allocator.request import Request
 
 
+def tiny_architecture(hidden_size: int) -> dict[str, Any]:
+    """The architecture fields of a tiny dense Llama-style model (the executor's header)."""
+    return {"hidden_size": hidden_size, "intermediate_size": 2 * hidden_size,
+            "vocab_size": 1024, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+            "gated_mlp": True, "qkv_bias": False, "qk_norm": False, "num_experts": 0}
+
+
 class LogKit:
     """One paged allocator section; call `step(...)` per step, then `write(path)`."""
 
     def __init__(self, num_blocks: int = 40, block_size: int = 4, num_cpu_blocks: int = 16,
                  heads: tuple[int, int, int] = (2, 1, 16), dtype: str = "fp32",
-                 window: int | None = None, hit_token_ids: bool = True) -> None:
+                 window: int | None = None, hit_token_ids: bool = True,
+                 arch: dict[str, Any] | None = None, num_layers: int = 2) -> None:
         self.bs = block_size
         self.mgr = PagedKVCacheManager.from_config(ManagerConfig(
             num_gpu_blocks=num_blocks, block_size=block_size, max_model_len=512,
@@ -35,9 +45,10 @@ class LogKit:
             "kind": "header", "schema_version": 1, "allocator": "paged",
             "block_size": block_size, "num_gpu_blocks": num_blocks,
             "num_cpu_blocks": num_cpu_blocks,
-            "model": {"name": "tiny", "num_layers": 2, "num_heads": heads[0],
+            "model": {"name": "tiny", "num_layers": num_layers, "num_heads": heads[0],
                       "num_kv_heads": heads[1], "head_dim": heads[2], "dtype": dtype,
-                      "kv_cache_dtype": "auto", "sliding_window": window},
+                      "kv_cache_dtype": "auto", "sliding_window": window,
+                      **tiny_architecture(heads[0] * heads[2]), **(arch or {})},
             "seed": 7, "token_ids": "test"}]
         self.next_token = 1000
 

@@ -1,0 +1,140 @@
+"""The decoder architecture an executed step runs: read from the log header or an HF config.
+
+The allocation log's header `model` section must carry the whole architecture (below), so that
+kernels/ needs nothing from sim/. `Architecture.from_header` reads it and names any missing or
+mistyped field; `Architecture.from_hf_config` maps Hugging Face `config.json` keys for the
+families the executor knows (Llama, Mistral, Qwen2/2.5, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE).
+Dtypes are torch names (`bfloat16`, `float16`, `float32`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kernels.execute.hf_config import hf_fields
+from kernels.validate.log import DTYPES, LogError
+
+# Fields every header's `model` section needs beyond the validator's (name, layers, heads,
+# head_dim, dtype, kv_cache_dtype, sliding_window), then those a MoE model needs too.
+HEADER_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "hidden_size": int, "intermediate_size": int, "vocab_size": int,
+    "rope_theta": (float, type(None)), "rms_norm_eps": float, "gated_mlp": bool,
+    "qkv_bias": bool, "qk_norm": bool, "num_experts": int,
+}
+MOE_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "num_experts_per_tok": int, "moe_intermediate_size": int,
+    "shared_expert_intermediate_size": int,
+}
+_BASE_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "num_layers": int, "num_heads": int, "num_kv_heads": int, "head_dim": int, "dtype": str,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Architecture:
+    """Shape of a decoder-only transformer as the executor runs it.
+
+    `rope_theta` None means learned absolute positions (no rotary); `gated_mlp` False is OPT's
+    two-matrix MLP (ReLU); `num_experts` 0 is a dense MLP, otherwise every layer's MLP is a
+    mixture of `num_experts` experts of width `moe_intermediate_size`, `num_experts_per_tok`
+    of them per token, plus a shared expert of `shared_expert_intermediate_size` (0: none).
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    dtype: str
+    kv_cache_dtype: str
+    sliding_window: int | None
+    rope_theta: float | None
+    rms_norm_eps: float
+    gated_mlp: bool = True
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+
+    def __post_init__(self) -> None:
+        sizes = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                 "intermediate_size", "vocab_size")
+        for name in sizes:
+            if getattr(self, name) < 1:
+                raise ValueError(f"model {self.name}: {name} must be >= 1")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"model {self.name}: num_heads {self.num_heads} is not a multiple "
+                             f"of num_kv_heads {self.num_kv_heads}")
+        if self.moe and not 1 <= self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(f"model {self.name}: num_experts_per_tok must be in "
+                             f"[1, num_experts={self.num_experts}]")
+        if self.moe and self.moe_intermediate_size < 1:
+            raise ValueError(f"model {self.name}: moe_intermediate_size must be >= 1")
+
+    @property
+    def moe(self) -> bool:
+        return self.num_experts > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_header(cls, model: Any, where: str) -> Architecture:
+        """The architecture in a header's `model` section; `where` is 'file:line'.
+
+        Raises:
+            LogError: a missing or mistyped field, named as `model.FIELD`.
+        """
+        need = {**_BASE_FIELDS, **HEADER_FIELDS}
+        if isinstance(model, dict) and _get(model, "num_experts", int, where) > 0:
+            need.update(MOE_FIELDS)
+        values = {key: _get(model, key, kind, where) for key, kind in need.items()}
+        dtype = _dtype(values.pop("dtype"), "model.dtype", where)
+        kv = model.get("kv_cache_dtype") or "auto"
+        kv_dtype = dtype if kv == "auto" else _dtype(kv, "model.kv_cache_dtype", where)
+        window = model.get("sliding_window")
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise LogError(f"{where}: field 'model.sliding_window' must be null or >= 1")
+        theta = values.pop("rope_theta")
+        try:
+            return cls(name=str(model.get("name", "?")), dtype=dtype, kv_cache_dtype=kv_dtype,
+                       sliding_window=window,
+                       rope_theta=None if theta is None else float(theta), **values)
+        except ValueError as exc:
+            raise LogError(f"{where}: {exc}") from None
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict[str, Any], where: str) -> Architecture:
+        """Map a Hugging Face `config.json` (already parsed) to an Architecture.
+
+        Raises:
+            ValueError: an unknown architecture or a missing field, named.
+        """
+        return cls(**hf_fields(cfg, where))
+
+
+def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise LogError(f"{where}: missing field 'model.{key}' (the executed forward needs the "
+                       "whole architecture in the log header; see kernels/execute/README.md)")
+    value = obj[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if float in kinds:
+        kinds = (*kinds, int)
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        raise LogError(f"{where}: field 'model.{key}' has type {type(value).__name__}")
+    return value
+
+
+def _dtype(value: Any, field: str, where: str) -> str:
+    name = DTYPES.get(str(value).lower())
+    if name is None:
+        raise LogError(f"{where}: field '{field}' = {value!r}: the executor supports "
+                       "fp16, bf16 and fp32")
+    return name

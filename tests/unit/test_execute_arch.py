@@ -1,0 +1,112 @@
+"""The executor reads the whole architecture from the log header or an HF config, or names
+the field that is missing."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kernels.execute.arch import HEADER_FIELDS, MOE_FIELDS, Architecture
+from kernels.validate.log import LogError
+from tests.unit.validate_logkit import tiny_architecture
+
+BASE = {"name": "tiny", "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+        "dtype": "bf16", "kv_cache_dtype": "auto", "sliding_window": None}
+MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+       "shared_expert_intermediate_size": 0}
+
+
+def _model(**extra: Any) -> dict[str, Any]:
+    return {**BASE, **tiny_architecture(64), **extra}
+
+
+def test_header_fields_are_read() -> None:
+    """Every field lands in the Architecture; dtypes become torch names, auto the weights'."""
+    a = Architecture.from_header(_model(rope_theta=500000, qkv_bias=True), "f:1")
+    assert (a.hidden_size, a.intermediate_size, a.vocab_size) == (64, 128, 1024)
+    assert a.rope_theta == 500000.0 and a.qkv_bias and not a.qk_norm and not a.moe
+    assert a.dtype == a.kv_cache_dtype == "bfloat16"
+    assert Architecture.from_header(_model(rope_theta=None), "f:1").rope_theta is None
+
+
+@pytest.mark.parametrize("field", sorted(HEADER_FIELDS))
+def test_missing_field_is_named(field: str) -> None:
+    """Each architecture field is required; the error names file, line and field."""
+    model = _model()
+    del model[field]
+    with pytest.raises(LogError, match=rf"f:3: missing field 'model\.{field}'"):
+        Architecture.from_header(model, "f:3")
+
+
+@pytest.mark.parametrize("field", sorted(MOE_FIELDS))
+def test_moe_fields_required_for_moe(field: str) -> None:
+    """A MoE header (num_experts > 0) must also give the expert fields."""
+    model = _model(**MOE)
+    del model[field]
+    with pytest.raises(LogError, match=rf"model\.{field}"):
+        Architecture.from_header(model, "f:1")
+    assert Architecture.from_header(_model(**MOE), "f:1").moe
+
+
+@pytest.mark.parametrize(("field", "value"), [("gated_mlp", "yes"), ("hidden_size", 2.5),
+                                              ("rms_norm_eps", True), ("num_experts", None)])
+def test_mistyped_field_is_named(field: str, value: Any) -> None:
+    with pytest.raises(LogError, match=rf"field 'model\.{field}' has type"):
+        Architecture.from_header(_model(**{field: value}), "f:1")
+
+
+def test_inconsistent_values_are_log_errors() -> None:
+    """Too many experts per token, an unknown dtype and a bad window are refused."""
+    with pytest.raises(LogError, match="num_experts_per_tok"):
+        Architecture.from_header(_model(**{**MOE, "num_experts_per_tok": 9}), "f:1")
+    with pytest.raises(LogError, match="model.kv_cache_dtype"):
+        Architecture.from_header(_model(kv_cache_dtype="fp8"), "f:1")
+    with pytest.raises(LogError, match="sliding_window"):
+        Architecture.from_header(_model(sliding_window=0), "f:1")
+
+
+LLAMA3 = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+          "vocab_size": 128256, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+          "torch_dtype": "bfloat16"}
+
+
+def test_hf_llama() -> None:
+    a = Architecture.from_hf_config(LLAMA3, "c.json")
+    assert (a.num_layers, a.head_dim, a.num_kv_heads, a.dtype) == (32, 128, 8, "bfloat16")
+    assert not (a.qkv_bias or a.qk_norm or a.moe) and a.sliding_window is None
+
+
+def test_hf_families() -> None:
+    """Qwen2 has a QKV bias, Qwen3 per-head norms, Mistral a window, MoE their experts."""
+    qwen2 = {**LLAMA3, "architectures": ["Qwen2ForCausalLM"], "sliding_window": 4096,
+             "use_sliding_window": False}
+    a = Architecture.from_hf_config(qwen2, "c")
+    assert a.qkv_bias and a.sliding_window is None
+    a = Architecture.from_hf_config({**LLAMA3, "architectures": ["Qwen3ForCausalLM"],
+                                     "head_dim": 128, "num_attention_heads": 40}, "c")
+    assert a.qk_norm and not a.qkv_bias and a.head_dim == 128
+    a = Architecture.from_hf_config({**LLAMA3, "architectures": ["MistralForCausalLM"],
+                                     "sliding_window": 4096}, "c")
+    assert a.sliding_window == 4096
+    a = Architecture.from_hf_config({**LLAMA3, "architectures": ["MixtralForCausalLM"],
+                                     "num_local_experts": 8, "num_experts_per_tok": 2}, "c")
+    assert (a.num_experts, a.num_experts_per_tok, a.moe_intermediate_size) == (8, 2, 14336)
+    a = Architecture.from_hf_config({**LLAMA3, "architectures": ["Qwen3MoeForCausalLM"],
+                                     "num_experts": 128, "num_experts_per_tok": 8,
+                                     "moe_intermediate_size": 768, "mlp_only_layers": []}, "c")
+    assert (a.num_experts, a.moe_intermediate_size, a.qk_norm) == (128, 768, True)
+
+
+@pytest.mark.parametrize(("cfg", "field"), [
+    ({**LLAMA3, "architectures": ["GPT2LMHeadModel"]}, "architectures"),
+    ({k: v for k, v in LLAMA3.items() if k != "num_hidden_layers"}, "num_hidden_layers"),
+    ({**LLAMA3, "architectures": ["MixtralForCausalLM"]}, "num_local_experts"),
+    ({**LLAMA3, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 8, "mlp_only_layers": [0]},
+     "mlp_only_layers"),
+    ({**LLAMA3, "torch_dtype": "int8"}, "torch_dtype"),
+])
+def test_hf_errors_name_the_field(cfg: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        Architecture.from_hf_config(cfg, "c.json")

@@ -1,0 +1,101 @@
+"""benchmarks/calibrate.py: synthetic points through the executor, one self-describing artefact."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from kernels.validate.log import StepRecord
+from tests.benchkit import load_benchmark
+
+TINY = {"architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 2, "hidden_size": 32,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+        "intermediate_size": 64, "moe_intermediate_size": 16, "num_experts": 4,
+        "num_experts_per_tok": 2, "vocab_size": 128, "torch_dtype": "bfloat16"}
+
+
+@pytest.fixture(scope="module")
+def cal() -> ModuleType:
+    return load_benchmark("calibrate")
+
+
+def test_synthetic_record_is_a_valid_step(cal: ModuleType) -> None:
+    """Distinct non-null blocks, slots through the tables, decodes then one chunk."""
+    rec = cal.synthetic_record(3, (2, 9, 5, 7), 40, 4, 100, random.Random(0))
+    assert [(s.start, s.end) for s in rec.seqs] == [(9, 10), (9, 10), (7, 12)]
+    blocks = [b for s in rec.seqs for b in s.block_table]
+    assert len(set(blocks)) == len(blocks) and 0 not in blocks and max(blocks) < 40
+    for s in rec.seqs:
+        assert len(s.block_table) == -(-s.end // 4)
+        assert s.slot_mapping == [s.block_table[p // 4] * 4 + p % 4 for p in range(s.start,
+                                                                                     s.end)]
+    assert cal.pool_blocks([(2, 9, 5, 7)], 4) == 1 + 2 * 3 + 3
+
+
+def test_preset_architecture(cal: ModuleType) -> None:
+    a = cal.preset_architecture("Llama-3-8B")
+    assert (a.num_layers, a.hidden_size, a.num_kv_heads, a.intermediate_size, a.dtype) == \
+        (32, 4096, 8, 14336, "bfloat16")
+    assert cal.preset_architecture("Qwen2.5-7B").qkv_bias
+    assert cal.preset_architecture("OPT-13B").rope_theta is None
+
+
+def test_artefact_format(cal: ModuleType, tmp_path: Path) -> None:
+    """Model, device, dtypes, software, date, method, field docs and every grid point."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY))
+    out = tmp_path / "cal.json"
+    assert cal.main(["--model-json", str(cfg), "--grid", "tiny", "--device", "cpu",
+                     "--out", str(out), "--no-parts"]) == 0
+    art = json.loads(out.read_text())
+    assert art["format"] == "pagedsim-step-calibration" and art["format_version"] == 1
+    assert art["complete"] is True and art["error"] is None
+    assert art["model"]["num_experts"] == 4 and art["dtype"] == art["kv_cache_dtype"] == \
+        "bfloat16"
+    assert {"torch", "triton"} <= set(art["software"]) and art["date"].endswith("Z")
+    assert art["device"]["type"] == "cpu" and "graph_s" in art["method"]
+    assert "prefill_new / prefill_prefix" in art["point_fields"]
+    grid = cal.GRIDS["tiny"]
+    assert len(art["points"]) == len(grid)
+    for point, row in zip(grid, art["points"]):
+        b, _, n, p = point
+        assert (row["num_decode"], row["decode_context"], row["prefill_new"],
+                row["prefill_prefix"]) == point
+        assert row["batch"]["num_tokens"] == b + n
+        assert row["batch"]["prefill"] == ([[n, p]] if n else [])
+        assert row["kind"] == ("mixed" if b and n else "decode" if b else "prefill")
+        assert row["eager_s"] > 0 and row["moe"]["experts_active_mean"] >= 1
+    assert {p.name for p in tmp_path.iterdir()} == {"config.json", "cal.json"}
+
+
+def test_bad_model_json(cal: ModuleType, tmp_path: Path,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**TINY, "architectures": ["GPT2LMHeadModel"]}))
+    assert cal.main(["--model-json", str(cfg), "--device", "cpu", "--out",
+                     str(tmp_path / "o.json")]) == 2
+    assert "architectures" in capsys.readouterr().err
+
+
+def test_a_failing_point_keeps_the_measured_ones(cal: ModuleType, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA error at point 2 leaves an artefact marked incomplete with points 0 and 1."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**TINY, "architectures": ["LlamaForCausalLM"]}))
+    real = cal.execute_record
+
+    def flaky(engine: object, rec: StepRecord, opts: object) -> dict[str, object]:
+        if rec.step == 2:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        return real(engine, rec, opts)
+
+    monkeypatch.setattr(cal, "execute_record", flaky)
+    out = tmp_path / "cal.json"
+    assert cal.main(["--model-json", str(cfg), "--grid", "tiny", "--device", "cpu", "--out",
+                     str(out), "--no-parts"]) == 1
+    art = json.loads(out.read_text())
+    assert art["complete"] is False and "point 2: RuntimeError" in art["error"]
+    assert [p["step"] for p in art["points"]] == [0, 1]
