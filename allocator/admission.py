@@ -1,0 +1,57 @@
+"""The numbers behind vLLM's admission gate (0.19+): the watermark and the sliding-window cap.
+
+From 0.19 the scheduler admits a waiting request only if its whole prompt fits
+(``KVCacheManager.can_fit_full_sequence``, from 0.21 ``allocate_slots(full_sequence_must_fit=
+True)``). A sliding-window request never holds more than its window plus the tokens in flight,
+so from 0.20 its required count is capped; from 0.24 a watermark of free blocks is kept back
+when a waiting request is admitted while others run.
+"""
+
+from __future__ import annotations
+
+from allocator.kv_cache_spec import KVCacheConfig, SlidingWindowSpec
+from allocator.profiles import VllmProfile
+
+
+def admission_cap(
+    kv_cache_config: KVCacheConfig,
+    max_model_len: int,
+    max_in_flight_tokens: int | None,
+    profile: VllmProfile,
+) -> int | None:
+    """``max_admission_blocks_per_request`` of a sliding-window group, else None.
+
+    ``cdiv(min(sliding_window - 1 + max_in_flight_tokens, max_model_len), bs) + 1``: the +1
+    because the window need not start at a block boundary. ``max_in_flight_tokens`` is
+    ``max_num_batched_tokens`` for 0.20-0.25 profiles and max concurrent batches x
+    ``max_num_batched_tokens`` from 0.26 (``VllmProfile.swa_admission_cap_tokens``); None
+    stands for ``max_model_len``, so the cap never binds (vLLM's own default).
+
+    Raises:
+        ValueError: if ``max_in_flight_tokens`` < 1.
+    """
+    spec = kv_cache_config.kv_cache_spec
+    if profile.swa_admission_cap == "none" or not isinstance(spec, SlidingWindowSpec):
+        return None
+    if max_in_flight_tokens is None:
+        max_in_flight_tokens = max_model_len
+    if max_in_flight_tokens < 1:
+        raise ValueError(f"max_in_flight_tokens must be >= 1, got {max_in_flight_tokens}")
+    num_tokens = min(spec.sliding_window - 1 + max_in_flight_tokens, max_model_len)
+    return -(num_tokens // -spec.block_size) + 1
+
+
+def watermark_blocks(watermark: float, kv_cache_config: KVCacheConfig) -> int:
+    """Blocks kept free when admitting a waiting request: ``int(watermark x num_blocks)``.
+
+    Raises:
+        ValueError: for a watermark outside [0, 1).
+    """
+    if not 0.0 <= watermark < 1.0:
+        raise ValueError(f"watermark must be in [0, 1), got {watermark}")
+    return int(watermark * kv_cache_config.num_blocks)
+
+
+def applies_watermark(status: str, has_scheduled_reqs: bool) -> bool:
+    """The watermark holds for waiting or preempted requests while others are scheduled."""
+    return has_scheduled_reqs and status in ("WAITING", "PREEMPTED")
