@@ -88,7 +88,7 @@ class Executor:
         hits, num_hit = backend.computed_blocks(manager, request)
         room = request.num_tokens - num_hit
         ext = 0 if zero else max(0, min(op.get("ext", 0), room - 1))
-        num_new = 0 if zero else max(1, min(op["chunk"], room - ext))
+        num_new = 0 if zero else min(op["chunk"], room - ext)
         gate = bool(op.get("gate")) and backend.full_sequence_api != "none"
         if gate and backend.full_sequence_api == "can_fit_full_sequence":
             if not manager.can_fit_full_sequence(request, num_hit, hits, ext):
