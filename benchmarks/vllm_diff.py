@@ -28,11 +28,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vllm_diff_ops import Executor, Observation  # noqa: E402
-from vllm_diff_stream import PagedsimBackend, make_episodes  # noqa: E402
+from vllm_diff_ops import Executor, Observation
+from vllm_diff_stream import PagedsimBackend, make_episodes
 
-from allocator.hashing import init_none_hash, sha256  # noqa: E402
-from allocator.profiles import VllmProfile, apply_overrides, profile_for  # noqa: E402
+from allocator.hashing import init_none_hash, sha256
+from allocator.profiles import VllmProfile, apply_overrides, profile_for
 
 WORKER = Path(__file__).resolve().parent / "vllm_diff_worker.py"
 HASH_SEED = "0"

@@ -90,9 +90,9 @@ class Executor:
         ext = 0 if zero else max(0, min(op.get("ext", 0), room - 1))
         num_new = 0 if zero else min(op["chunk"], room - ext)
         gate = bool(op.get("gate")) and backend.full_sequence_api != "none"
-        if gate and backend.full_sequence_api == "can_fit_full_sequence":
-            if not manager.can_fit_full_sequence(request, num_hit, hits, ext):
-                return [num_hit, _ids(hits), "gated"]
+        can_fit = gate and backend.full_sequence_api == "can_fit_full_sequence"
+        if can_fit and not manager.can_fit_full_sequence(request, num_hit, hits, ext):
+            return [num_hit, _ids(hits), "gated"]
         args = {
             "num_new_tokens": num_new,
             "num_new_computed_tokens": num_hit,

@@ -17,22 +17,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-import vllm  # noqa: E402
-from vllm.lora.request import LoRARequest  # noqa: E402
-from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.utils.hashing import sha256  # noqa: E402
-from vllm.v1.core import kv_cache_utils  # noqa: E402
-from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
-from vllm.v1.kv_cache_interface import (  # noqa: E402
+import torch
+import vllm
+from vllm.lora.request import LoRARequest
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core import kv_cache_utils
+from vllm.v1.core.kv_cache_manager import KVCacheManager
+from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
     SlidingWindowSpec,
 )
-from vllm.v1.request import Request, RequestStatus  # noqa: E402
-
-from vllm_diff_ops import Executor  # noqa: E402
+from vllm.v1.request import Request, RequestStatus
+from vllm_diff_ops import Executor
 
 
 def _params(func: Any) -> set[str]:
