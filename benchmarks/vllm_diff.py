@@ -120,6 +120,23 @@ def digest(observations: list[list[Observation]]) -> str:
     return hashlib.blake2b(json.dumps(observations).encode(), digest_size=16).hexdigest()
 
 
+def summary(observations: list[list[Observation]]) -> dict[str, int]:
+    """Counts over a stream's observations: ops, admissions with a hit, failed calls, errors."""
+    flat = [obs[0] for episode in observations for obs in episode]
+    lists = [r for r in flat if isinstance(r, list) and len(r) == 3 and isinstance(r[0], int)]
+    return {
+        "ops": len(flat),
+        "hits": sum(1 for r in lists if r[0] > 0),
+        "failed": sum(1 for r in flat if r == "preempted") + sum(1 for r in lists if r[2] is None),
+        "errors": sum(1 for r in flat if isinstance(r, str) and r.startswith("error")),
+    }
+
+
+def pagedsim_stream(seed: int, num_ops: int, profile: VllmProfile) -> list[list[Observation]]:
+    """pagedsim's observations over the seeded stream (what the golden tests digest)."""
+    return [run_pagedsim(episode, profile) for episode in make_episodes(seed, num_ops, profile)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,7 +194,7 @@ def _compare(worker: VllmWorker, episodes: list[dict[str, Any]], profile: VllmPr
     print(f"{num_ops:,} operations in {num_episodes} episodes, {num_div} diverging "
           f"episode(s), {wall:.1f} s")
     if args.digest:
-        print(f"digest {digest(all_theirs)} (vLLM observations)")
+        print(f"digest {digest(all_theirs)} {summary(all_theirs)} (vLLM observations)")
     worker.close()
     return 1 if num_div else 0
 
