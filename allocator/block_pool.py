@@ -179,9 +179,12 @@ class BlockPool:
         suffix = (GROUP_ID_SUFFIXES[kv_cache_group_id]
                   if 0 <= kv_cache_group_id < len(GROUP_ID_SUFFIXES)
                   else group_id_suffix(kv_cache_group_id))
-        for i in range(num_cached_blocks, num_full_blocks):
+        indices: Iterable[int] = range(num_cached_blocks, num_full_blocks)
+        if block_mask is not None:
+            indices = [i for i in indices if block_mask[i - num_cached_blocks]]
+        for i in indices:
             block = blocks[i]
-            if block.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
+            if block.is_null:
                 continue
             key = block_hashes[i] + suffix
             if block._block_hash is not None:
@@ -238,54 +241,50 @@ class BlockPool:
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on each block (prefix hit), pulling free ones out of the queue."""
         queue = self.free_block_queue
-        track_null = self.track_null_ref_cnt
         for block in blocks:
-            if block.is_null:
-                if track_null:
-                    block.ref_cnt += 1
-                continue
-            if block.ref_cnt == 0:
+            if block.ref_cnt == 0 and not block.is_null:
                 queue.remove(block)
                 if block._block_hash is not None:
                     self.num_cached_free_blocks -= 1
             block.ref_cnt += 1
+        if not self.track_null_ref_cnt:
+            # Untracked (0.33): a hit's null entries leave the null block at 0.
+            self.null_block.ref_cnt = 0
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock], prepend: bool = False) -> None:
         """Drop one reference per block and queue the blocks that reach 0, in this order.
 
-        Freed blocks go to the queue tail (``free_order`` "append"); with ``prepend`` (the
-        0.23 sliding-window split) or, under "lifo_unhashed"/"lifo_cached_only", when they
-        carry no hash, they go to the front instead, keeping their order, so they are reused
-        first while hashed blocks keep LRU order behind them.
+        Freed blocks go to the queue tail (``free_order`` "append"). Unhashed ones go to the
+        front instead, keeping their order, with ``prepend`` (the 0.23 sliding-window split)
+        or under "lifo_unhashed"/"lifo_cached_only", so they are reused first while hashed
+        blocks keep LRU order behind them.
 
         Raises:
             ValueError: on a double free (a non-null block whose ``ref_cnt`` would go below 0);
                 nothing is changed in that case.
         """
         blocks_list = list(ordered_blocks)
-        track_null = self.track_null_ref_cnt
-        prepend_unhashed = self._prepend_unhashed
+        to_front = prepend or self._prepend_unhashed
         first: list[KVCacheBlock] = []
         last: list[KVCacheBlock] = []
         num_cached = 0
         for idx, block in enumerate(blocks_list):
-            if block.is_null:
-                if track_null:
-                    block.ref_cnt -= 1
-                continue
             ref_cnt = block.ref_cnt - 1
             block.ref_cnt = ref_cnt
-            if ref_cnt <= 0:
+            if ref_cnt <= 0 and not block.is_null:
                 if ref_cnt < 0:
                     self._undo_free(blocks_list[: idx + 1])
                     raise ValueError(f"double free of block {block.block_id} (ref_cnt was 0)")
-                unhashed = block._block_hash is None
-                if prepend or (prepend_unhashed and unhashed):
+                if block._block_hash is not None:
+                    num_cached += 1
+                    last.append(block)
+                elif to_front:
                     first.append(block)
                 else:
                     last.append(block)
-                if not unhashed:
-                    num_cached += 1
+        if not self.track_null_ref_cnt:
+            # Untracked (0.33): the loop's decrement of a null entry is put back.
+            self.null_block.ref_cnt = 0
         self.num_cached_free_blocks += num_cached
         if first:
             self.free_block_queue.prepend_n(first)
@@ -293,8 +292,9 @@ class BlockPool:
 
     def _undo_free(self, blocks: list[KVCacheBlock]) -> None:
         for block in blocks:
-            if not block.is_null or self.track_null_ref_cnt:
-                block.ref_cnt += 1
+            block.ref_cnt += 1
+        if not self.track_null_ref_cnt:
+            self.null_block.ref_cnt = 0
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         """Remove the given blocks from the prefix cache; ref counts and the queue are untouched.

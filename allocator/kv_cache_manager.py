@@ -87,10 +87,13 @@ class KVCacheManager:
         self._adopt_zero_tokens = vllm_profile.zero_token_adopt
         self._in_flight_free = vllm_profile.async_in_flight_swa_free
         self.empty_kv_cache_blocks = KVCacheBlocks(((),))
-        # allocate_slots may skip its staged form unless the group frees blocks early.
-        self._fast_path_ok = not self.single_type_manager.skips_tokens
+        # allocate_slots may skip its staged form unless the group frees blocks early or a
+        # watermark applies (it depends on the request's status).
+        self._fast_path_ok = not self.single_type_manager.skips_tokens and not self.watermark_blocks
         # Shortcuts for the fast path; the manager mutates these dicts, never rebinds them.
-        self._req_to_blocks = self.single_type_manager.req_to_blocks
+        # An empty dict when the fast path is off: its first test then sends every call to
+        # the staged path.
+        self._req_to_blocks = self.single_type_manager.req_to_blocks if self._fast_path_ok else {}
         self._num_cached_block = self.single_type_manager.num_cached_block
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
 
@@ -202,8 +205,7 @@ class KVCacheManager:
             or new_computed_blocks is not None
             or num_external_computed_tokens
             or num_new_tokens <= 0
-            or not self._fast_path_ok
-            or full_sequence_must_fit or reserved_blocks or self.watermark_blocks
+            or full_sequence_must_fit or reserved_blocks
         ):
             return self._allocate_slots_staged(
                 request,
@@ -229,8 +231,8 @@ class KVCacheManager:
         block_size = self.block_size
         num_new_blocks = -(num_tokens_need_slot // -block_size) - len(req_blocks)
         new_blocks = None
-        block_pool = self.block_pool
         if num_new_blocks > 0:
+            block_pool = self.block_pool
             if num_new_blocks > block_pool.free_block_queue.num_free_blocks:
                 return None
             new_blocks = block_pool.get_new_blocks(num_new_blocks)
@@ -259,8 +261,9 @@ class KVCacheManager:
         has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
         """:meth:`allocate_slots` stage by stage, as vLLM writes it (see its docstring)."""
-        self._check_new_tokens(request, num_new_tokens, num_new_computed_tokens,
-                               num_external_computed_tokens)
+        if num_new_tokens <= 0:
+            self._check_new_tokens(request, num_new_tokens, num_new_computed_tokens,
+                                   num_external_computed_tokens)
         empty = self.empty_kv_cache_blocks.blocks
         hit_lists = new_computed_blocks.blocks if new_computed_blocks is not None else empty
         hit_blocks = hit_lists[0]
@@ -273,13 +276,15 @@ class KVCacheManager:
         num_tokens_need_slot = min(
             total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
-        reserve = self._watermark_for(request, has_scheduled_reqs)
+        reserve = self._watermark_for(request, has_scheduled_reqs) if self.watermark_blocks else 0
         if full_sequence_must_fit and not self._full_sequence_fits(
             request, hit_blocks, total_computed_tokens, reserve
         ):
             return None
-        in_flight = request.num_in_flight_tokens if self._in_flight_free else 0
-        manager.remove_skipped_blocks(request_id, max(0, total_computed_tokens - in_flight))
+        processed_tokens = total_computed_tokens
+        if self._in_flight_free and request.num_in_flight_tokens:
+            processed_tokens = max(0, processed_tokens - request.num_in_flight_tokens)
+        manager.remove_skipped_blocks(request_id, processed_tokens)
         num_blocks_to_allocate = manager.get_num_blocks_to_allocate(
             request_id,
             num_tokens_need_slot,
@@ -312,7 +317,7 @@ class KVCacheManager:
 
     def _watermark_for(self, request: Request, has_scheduled_reqs: bool) -> int:
         """The watermark blocks this call must leave free (0.24+; waiting requests only)."""
-        if self.watermark_blocks and has_scheduled_reqs and request.status in _WAITING_STATES:
+        if has_scheduled_reqs and request.status in _WAITING_STATES:
             return self.watermark_blocks
         return 0
 

@@ -165,13 +165,14 @@ class Request:
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         """Append one or more output tokens and hash any block that became full."""
+        all_token_ids = self._all_token_ids
         if isinstance(token_ids, int):
             self._output_token_ids.append(token_ids)
-            self._all_token_ids.append(token_ids)
+            all_token_ids.append(token_ids)
         else:
             self._output_token_ids.extend(token_ids)
-            self._all_token_ids.extend(token_ids)
-        if len(self._all_token_ids) >= self._next_hash_at:
+            all_token_ids.extend(token_ids)
+        if len(all_token_ids) >= self._next_hash_at:
             self._update_block_hashes()
 
     def _update_block_hashes(self) -> None:

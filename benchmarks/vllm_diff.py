@@ -21,6 +21,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,12 @@ class VllmWorker:
     def __init__(self, python: str) -> None:
         env = {**os.environ, "PYTHONHASHSEED": HASH_SEED, "VLLM_LOGGING_LEVEL": "ERROR"}
         env.pop("VLLM_PREFIX_CACHE_RETENTION_INTERVAL", None)
+        # stderr goes to a file: vLLM's log lines would fill a pipe and block the worker.
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in close())
         try:
             self.proc = subprocess.Popen(
                 [python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, env=env,
+                stderr=self.stderr, text=True, env=env,
             )
         except OSError as exc:
             sys.exit(f"--vllm-python {python}: cannot run it ({exc})")
@@ -57,7 +60,9 @@ class VllmWorker:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            err = self.proc.stderr.read() if self.proc.stderr else ""
+            self.proc.wait(timeout=60)
+            self.stderr.seek(0)
+            err = self.stderr.read()
             sys.exit(f"--vllm-python: the vLLM worker stopped: {err.strip().splitlines()[-1:]}")
         return json.loads(line)
 
@@ -71,6 +76,7 @@ class VllmWorker:
         if self.proc.stdin:
             self.proc.stdin.close()
         self.proc.wait(timeout=60)
+        self.stderr.close()
 
 
 def run_pagedsim(episode: dict[str, Any], profile: VllmProfile) -> list[Observation]:

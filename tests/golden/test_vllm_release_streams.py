@@ -24,6 +24,12 @@ SEED, NUM_OPS = 7, 3000
 
 # version -> (digest, {ops, admissions with a hit, failed calls, errors}), recorded from vLLM.
 VLLM_STREAMS = {
+    "0.14": ("d112958c053fd5298dcf76337d437c93",
+             {"ops": 3000, "hits": 243, "failed": 689, "errors": 67}),
+    "0.19": ("b9b8ca6232751e17b3ff7fea94835cff",
+             {"ops": 3000, "hits": 224, "failed": 364, "errors": 53}),
+    "0.33": ("fb7f2e7132ebb7e653f9d30c9944f280",
+             {"ops": 3000, "hits": 171, "failed": 706, "errors": 60}),
 }
 
 

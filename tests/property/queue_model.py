@@ -65,10 +65,10 @@ class QueueModel:
         self.ref[bid] += 1
 
     def _to_front(self, block: KVCacheBlock, prepend: bool) -> bool:
-        """prepend (the 0.23 sliding-window split) or, in the lifo modes, an unhashed block."""
+        """An unhashed block, with prepend (the 0.23 sliding-window split) or a lifo mode."""
         order, unhashed = self.profile.free_order, block.block_hash is None
         if prepend or order == "lifo_unhashed":
-            return prepend or unhashed
+            return unhashed
         return order == "lifo_cached_only" and unhashed and self.pool.enable_caching
 
     def _free(self, blocks: list[KVCacheBlock], prepend: bool) -> None:

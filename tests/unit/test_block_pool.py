@@ -258,11 +258,12 @@ def test_free_order_modes(free_order: str, caching: bool, queue: list[int]) -> N
 
 
 def test_free_blocks_prepend_argument() -> None:
-    """free_blocks(prepend=True) puts every freed block at the front (0.23's SWA split)."""
-    pool = BlockPool(5, True, BS)
-    b1, b2 = pool.get_new_blocks(2)
-    pool.free_blocks([b2, b1], prepend=True)
-    assert queue_ids(pool) == [2, 1, 3, 4]
+    """free_blocks(prepend=True) puts freed unhashed blocks at the front (0.23's SWA split)."""
+    pool = BlockPool(6, True, BS)
+    b1, b2, b3 = pool.get_new_blocks(3)
+    pool.cache_full_blocks(hashed_request(list(range(4))), [b1], 0, 1, BS, 0)
+    pool.free_blocks([b3, b2, b1], prepend=True)
+    assert queue_ids(pool) == [3, 2, 4, 5, 1]
 
 
 @pytest.mark.parametrize(("mode", "after_touch", "after_free"), [
