@@ -205,7 +205,7 @@ class KVCacheManager:
             or new_computed_blocks is not None
             or num_external_computed_tokens
             or num_new_tokens <= 0
-            or full_sequence_must_fit or reserved_blocks
+            or full_sequence_must_fit or reserved_blocks != 0
         ):
             return self._allocate_slots_staged(
                 request,
