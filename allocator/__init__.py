@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from allocator.block import BlockId, KVCacheBlock
-from allocator.block_pool import BlockHashToBlockMap, BlockPool
+from allocator.block_hash_map import BlockHashToBlockMap
+from allocator.block_pool import BlockPool
 from allocator.free_queue import FreeKVCacheBlockQueue
 from allocator.hashing import (
     BlockHash,

@@ -9,8 +9,18 @@ when a waiting request is admitted while others run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from allocator.block import KVCacheBlock
 from allocator.kv_cache_spec import KVCacheConfig, SlidingWindowSpec
 from allocator.profiles import VllmProfile
+from allocator.request import Request, RequestStatus
+
+if TYPE_CHECKING:
+    from allocator.kv_cache_manager import KVCacheManager
+
+_WAITING_STATES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
 def admission_cap(
@@ -52,6 +62,49 @@ def watermark_blocks(watermark: float, kv_cache_config: KVCacheConfig) -> int:
     return int(watermark * kv_cache_config.num_blocks)
 
 
-def applies_watermark(status: str, has_scheduled_reqs: bool) -> bool:
-    """The watermark holds for waiting or preempted requests while others are scheduled."""
-    return has_scheduled_reqs and status in ("WAITING", "PREEMPTED")
+def watermark_for(num_watermark_blocks: int, request: Request, has_scheduled_reqs: bool) -> int:
+    """The watermark blocks a call must leave free: for waiting or preempted requests
+    (``request.status``) while other requests are scheduled this step, else 0."""
+    if has_scheduled_reqs and request.status in _WAITING_STATES:
+        return num_watermark_blocks
+    return 0
+
+
+def check_new_tokens(
+    request: Request, num_new_tokens: int, num_new_computed_tokens: int, num_ext: int,
+    adopt_zero_tokens: bool,
+) -> None:
+    """Raise unless the call computes, receives or (0.31+, ``zero_token_adopt``) adopts tokens.
+
+    Raises:
+        ValueError: naming the request and ``num_new_tokens``.
+    """
+    adopts = adopt_zero_tokens and num_new_computed_tokens > 0
+    if num_new_tokens < 0 or (num_new_tokens == 0 and num_ext == 0 and not adopts):
+        raise ValueError(
+            f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
+            f"no external computed tokens, got {num_new_tokens}"
+        )
+
+
+def full_sequence_fits(
+    manager: KVCacheManager,
+    request: Request,
+    hit_blocks: Sequence[KVCacheBlock],
+    total_computed_tokens: int,
+    reserve: int,
+) -> bool:
+    """Whether ``min(num_tokens, max_model_len)`` tokens fit with ``reserve`` blocks to spare.
+
+    Hits still in the free queue count as in ``allocate_slots``; sliding-window skipping and
+    the admission cap (``apply_admission_cap``) lower the count. Changes nothing.
+    """
+    full_num_tokens = min(request.num_tokens, manager.max_model_len)
+    num_blocks = manager.single_type_manager.get_num_blocks_to_allocate(
+        request.request_id,
+        full_num_tokens,
+        hit_blocks,
+        total_computed_tokens,
+        apply_admission_cap=True,
+    )
+    return num_blocks + reserve <= manager.block_pool.get_num_free_blocks()

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from allocator.admission import admission_cap, watermark_blocks
+from allocator.admission import (
+    admission_cap,
+    check_new_tokens,
+    full_sequence_fits,
+    watermark_blocks,
+    watermark_for,
+)
 from allocator.block import KVCacheBlock
 from allocator.block_pool import BlockPool
 from allocator.kv_cache_blocks import KVCacheBlocks
 from allocator.kv_cache_spec import KVCacheConfig
 from allocator.profiles import DEFAULT_PROFILE, VllmProfile
-from allocator.request import Request, RequestStatus
+from allocator.request import Request
 from allocator.sliding_window_manager import get_manager_for_kv_cache_spec
 from allocator.stats import PrefixCacheStats
-
-_WAITING_STATES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
 class KVCacheManager:
@@ -262,8 +266,8 @@ class KVCacheManager:
     ) -> KVCacheBlocks | None:
         """:meth:`allocate_slots` stage by stage, as vLLM writes it (see its docstring)."""
         if num_new_tokens <= 0:
-            self._check_new_tokens(request, num_new_tokens, num_new_computed_tokens,
-                                   num_external_computed_tokens)
+            check_new_tokens(request, num_new_tokens, num_new_computed_tokens,
+                             num_external_computed_tokens, self._adopt_zero_tokens)
         empty = self.empty_kv_cache_blocks.blocks
         hit_lists = new_computed_blocks.blocks if new_computed_blocks is not None else empty
         hit_blocks = hit_lists[0]
@@ -276,9 +280,10 @@ class KVCacheManager:
         num_tokens_need_slot = min(
             total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
-        reserve = self._watermark_for(request, has_scheduled_reqs) if self.watermark_blocks else 0
-        if full_sequence_must_fit and not self._full_sequence_fits(
-            request, hit_blocks, total_computed_tokens, reserve
+        reserve = (watermark_for(self.watermark_blocks, request, has_scheduled_reqs)
+                   if self.watermark_blocks else 0)
+        if full_sequence_must_fit and not full_sequence_fits(
+            self, request, hit_blocks, total_computed_tokens, reserve
         ):
             return None
         processed_tokens = total_computed_tokens
@@ -304,41 +309,6 @@ class KVCacheManager:
             manager.cache_blocks(request, num_tokens_to_cache)
         return self.create_kv_cache_blocks((new_blocks,))
 
-    def _check_new_tokens(
-        self, request: Request, num_new_tokens: int, num_new_computed_tokens: int, num_ext: int
-    ) -> None:
-        """Raise unless the call computes, receives or (0.31+) adopts some tokens."""
-        adopts = self._adopt_zero_tokens and num_new_computed_tokens > 0
-        if num_new_tokens < 0 or (num_new_tokens == 0 and num_ext == 0 and not adopts):
-            raise ValueError(
-                f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
-                f"no external computed tokens, got {num_new_tokens}"
-            )
-
-    def _watermark_for(self, request: Request, has_scheduled_reqs: bool) -> int:
-        """The watermark blocks this call must leave free (0.24+; waiting requests only)."""
-        if has_scheduled_reqs and request.status in _WAITING_STATES:
-            return self.watermark_blocks
-        return 0
-
-    def _full_sequence_fits(
-        self,
-        request: Request,
-        hit_blocks: Sequence[KVCacheBlock],
-        total_computed_tokens: int,
-        reserve: int,
-    ) -> bool:
-        """Whether the whole sequence fits, hits and sliding-window skipping counted."""
-        full_num_tokens = min(request.num_tokens, self.max_model_len)
-        num_blocks = self.single_type_manager.get_num_blocks_to_allocate(
-            request.request_id,
-            full_num_tokens,
-            hit_blocks,
-            total_computed_tokens,
-            apply_admission_cap=True,
-        )
-        return num_blocks + reserve <= self.block_pool.get_num_free_blocks()
-
     def can_fit_full_sequence(
         self,
         request: Request,
@@ -357,7 +327,7 @@ class KVCacheManager:
             request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
             self.max_model_len,
         )
-        return self._full_sequence_fits(request, hit_blocks, total_computed_tokens, 0)
+        return full_sequence_fits(self, request, hit_blocks, total_computed_tokens, 0)
 
     def free(self, request: Request) -> None:
         """Release all of the request's blocks, last block first; cached ones stay findable."""
