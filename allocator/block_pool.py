@@ -209,7 +209,8 @@ class BlockPool:
             ValueError: on a double free (a non-null block whose ``ref_cnt`` would go below 0);
                 nothing is changed in that case.
         """
-        blocks_list = list(ordered_blocks)
+        # Callers pass fresh lists (a request's reversed table); other iterables are copied.
+        blocks_list = ordered_blocks if isinstance(ordered_blocks, list) else list(ordered_blocks)
         to_front = prepend or self._prepend_unhashed
         first: list[KVCacheBlock] = []
         last: list[KVCacheBlock] = []
