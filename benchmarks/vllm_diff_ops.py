@@ -101,6 +101,7 @@ class Executor:
             "num_external_computed_tokens": ext,
             "delay_cache_blocks": bool(op.get("delay")),
             "full_sequence_must_fit": gate and backend.full_sequence_api == "allocate_slots",
+            "reserved_blocks": op.get("reserved", 0),
             "has_scheduled_reqs": bool(self.running),
         }
         new = backend.allocate(manager, request, args)

@@ -31,7 +31,7 @@ def episode_config(rng: random.Random, profile: VllmProfile) -> dict[str, Any]:
     block_size = rng.choice((1, 2, 2, 4, 4))
     window = None if rng.random() < 0.55 else rng.choice((1, 2, 3, 4, 5, 8))
     retention = profile.prefix_cache_retention_interval
-    if window is not None and profile.swa_cache_mask == "mask" and int(profile.version.split(".")[1]) >= 30:
+    if window is not None and profile.swa_cache_mask == "mask" and _minor(profile) >= 30:
         retention = rng.choice((retention, None, 0, 2 * block_size))
     cap_tokens = None
     if window is not None and profile.swa_admission_cap != "none" and rng.random() < 0.5:
@@ -51,7 +51,11 @@ def episode_config(rng: random.Random, profile: VllmProfile) -> dict[str, Any]:
     }
 
 
-def _request_fields(rng: random.Random, rid: str) -> dict[str, Any]:
+def _minor(profile: VllmProfile) -> int:
+    return int(profile.version.split(".")[1])
+
+
+def _request_fields(rng: random.Random, rid: str, reserve: bool) -> dict[str, Any]:
     tokens = list(rng.choice(PREFIXES)) + [rng.randrange(4) for _ in range(rng.randint(0, 10))]
     if not tokens:
         tokens = [rng.randrange(4)]
@@ -62,18 +66,21 @@ def _request_fields(rng: random.Random, rid: str) -> dict[str, Any]:
         "rid": rid, "tokens": tokens, "salt": salt, "lora": lora, "ext": ext,
         "chunk": rng.choice((1, 2, 3, 5, 8, 64, 64)), "lookahead": rng.choice((0, 0, 0, 1, 3)),
         "delay": rng.random() < (0.5 if ext else 0.05), "gate": rng.random() < 0.5,
+        "reserved": rng.randint(1, 4) if reserve and rng.random() < 0.15 else 0,
     }
 
 
-def make_ops(rng: random.Random, num_ops: int, first_rid: int = 0) -> list[dict[str, Any]]:
-    """``num_ops`` random operations (request ids numbered from ``first_rid``)."""
+def make_ops(rng: random.Random, num_ops: int, first_rid: int = 0,
+             reserve: bool = False) -> list[dict[str, Any]]:
+    """``num_ops`` random operations (request ids numbered from ``first_rid``); ``reserve``:
+    admissions may pass ``reserved_blocks`` (an ``allocate_slots`` argument from 0.23)."""
     names, weights = list(OP_WEIGHTS), list(OP_WEIGHTS.values())
     ops = []
     for i in range(num_ops):
         kind = rng.choices(names, weights)[0]
         op: dict[str, Any] = {"op": kind, "slot": rng.randrange(64)}
         if kind in ("admit", "zero"):
-            op.update(_request_fields(rng, f"r{first_rid + i}"))
+            op.update(_request_fields(rng, f"r{first_rid + i}", reserve))
         elif kind == "step":
             op.update(token=rng.randrange(4), chunk=rng.choice((1, 1, 2, 4, 64)),
                       lookahead=rng.choice((0, 0, 0, 1, 2)))
@@ -95,7 +102,8 @@ def make_episodes(seed: int, num_ops: int, profile: VllmProfile,
     while done < num_ops:
         count = min(ops_per_episode, num_ops - done)
         episodes.append({"config": episode_config(rng, profile),
-                         "ops": make_ops(rng, count, first_rid=done)})
+                         "ops": make_ops(rng, count, first_rid=done,
+                                         reserve=_minor(profile) >= 23)})
         done += count
     return episodes
 
