@@ -28,12 +28,12 @@ VLLM_STREAMS = {
              {"ops": 3000, "hits": 243, "failed": 689, "errors": 67}),
     "0.19": ("b9b8ca6232751e17b3ff7fea94835cff",
              {"ops": 3000, "hits": 224, "failed": 364, "errors": 53}),
-    "0.23": ("1bbbc6268ce8ee3738873b29eacdd24f",
-             {"ops": 3000, "hits": 251, "failed": 720, "errors": 66}),
-    "0.27": ("6ca8a9f052bf043f83d46bad6ad9ee41",
-             {"ops": 3000, "hits": 207, "failed": 686, "errors": 65}),
-    "0.33": ("fb7f2e7132ebb7e653f9d30c9944f280",
-             {"ops": 3000, "hits": 171, "failed": 706, "errors": 60}),
+    "0.23": ("a45c3c1de7534696fc872b831b936bfc",
+             {"ops": 3000, "hits": 224, "failed": 733, "errors": 67}),
+    "0.27": ("d02f367d03344fc4b7a1f958f993ef17",
+             {"ops": 3000, "hits": 136, "failed": 736, "errors": 67}),
+    "0.33": ("4305e5912a26ee52f4d060075315b72e",
+             {"ops": 3000, "hits": 114, "failed": 678, "errors": 65}),
 }
 
 
