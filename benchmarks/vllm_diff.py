@@ -1,6 +1,6 @@
 """Drive vLLM's own KVCacheManager and pagedsim's, under the matching profile, op by op.
 
-    python benchmarks/vllm_diff.py --vllm-python /tmp/vllm-0.33.0/bin/python --ops 100000
+    python benchmarks/vllm_diff.py --vllm-python VENV/bin/python --ops 100000
     python benchmarks/vllm_diff.py --vllm-python PY --replay divergence.json
 
 One seeded stream (``vllm_diff_stream.py``) runs in the interpreter PY through vLLM (a
@@ -10,6 +10,8 @@ observations are compared: the call's result (hit length and ids, new block ids)
 free-queue order, every block's ref count and hash, every request's block table. A divergence
 is shrunk to a minimal stream, printed and written to ``--out`` for ``--replay``.
 ``--digest`` prints a digest of all observations (the golden tests hold those from vLLM).
+VENV: ``python3.11 -m venv VENV; VENV/bin/pip install torch==2.13.0`` (CPU), ``pip install
+--no-deps vllm==X``, then the packages the import of ``vllm.v1.core.kv_cache_manager`` asks for.
 """
 
 from __future__ import annotations
