@@ -1,4 +1,6 @@
-"""pagedsim's allocator: an exact pure-Python port of vLLM v0.14's KV-cache block management.
+"""pagedsim's allocator: an exact pure-Python port of vLLM's KV-cache block management.
+
+vLLM 0.14 by default; every minor release up to 0.33 through ``profile_for(version)``.
 
 The package imports only the standard library. ``BlockTable`` (slot mapping for kernels) needs
 numpy and is loaded lazily on first access, so ``import allocator`` stays numpy-free.
@@ -9,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from allocator.block import BlockId, KVCacheBlock
-from allocator.block_pool import BlockHashToBlockMap, BlockPool
+from allocator.block_hash_map import BlockHashToBlockMap
+from allocator.block_pool import BlockPool
 from allocator.free_queue import FreeKVCacheBlockQueue
 from allocator.hashing import (
     BlockHash,
@@ -24,12 +27,10 @@ from allocator.hashing import (
 from allocator.kv_cache_blocks import KVCacheBlocks
 from allocator.kv_cache_manager import KVCacheManager
 from allocator.kv_cache_spec import FullAttentionSpec, KVCacheConfig, SlidingWindowSpec
+from allocator.profiles import VllmProfile, apply_overrides, profile_for
 from allocator.request import Request
-from allocator.single_type_manager import (
-    FullAttentionManager,
-    SingleTypeKVCacheManager,
-    SlidingWindowManager,
-)
+from allocator.single_type_manager import FullAttentionManager, SingleTypeKVCacheManager
+from allocator.sliding_window_manager import SlidingWindowManager
 from allocator.stats import CachingMetrics, PrefixCacheStats
 
 if TYPE_CHECKING:
@@ -55,10 +56,13 @@ __all__ = [
     "SingleTypeKVCacheManager",
     "SlidingWindowManager",
     "SlidingWindowSpec",
+    "VllmProfile",
+    "apply_overrides",
     "get_hash_fn_by_name",
     "get_request_block_hasher",
     "hash_block_tokens",
     "init_none_hash",
+    "profile_for",
     "sha256",
     "sha256_cbor",
 ]

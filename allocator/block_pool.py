@@ -1,9 +1,10 @@
-"""The block pool: every KV-cache block, the free queue and the prefix cache (vLLM v0.14).
+"""The block pool: every KV-cache block, the free queue and the prefix cache (vLLM v0.14+).
 
-Blocks are handed out from the front of the free queue and freed to its tail. A freed block that
-was full keeps its hash and stays findable in the prefix cache ("evictable cached block") until it
-is handed out again; only then is its cache entry dropped (lazy eviction). Block 0 is reserved as
-the null block, so N blocks give N - 1 usable ones.
+Blocks are handed out from the front of the free queue and freed to its tail (from vLLM 0.24,
+blocks that can never hit go to the front: the profile's ``free_order``). A freed block that
+was full keeps its hash and stays findable in the prefix cache ("evictable cached block") until
+it is handed out again; only then is its cache entry dropped (lazy eviction). Block 0 is
+reserved as the null block, so N blocks give N - 1 usable ones.
 """
 
 from __future__ import annotations
@@ -13,76 +14,23 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from allocator.block import KVCacheBlock
+from allocator.block_hash_map import BlockHashToBlockMap
 from allocator.free_queue import FreeKVCacheBlockQueue
 from allocator.hashing import (
     GROUP_ID_SUFFIXES,
     BlockHash,
     BlockHashListWithBlockSize,
-    BlockHashWithGroupId,
     group_id_suffix,
     make_block_hash_with_group_id,
 )
+from allocator.profiles import CHOICES
 
 if TYPE_CHECKING:
     from allocator.request import Request
 
+__all__ = ["BlockHashToBlockMap", "BlockPool"]
+
 logger = logging.getLogger(__name__)
-
-
-class BlockHashToBlockMap:
-    """Prefix-cache index: key -> one block, or ``{block_id: block}`` when several share the key.
-
-    Duplicates are kept, not merged, because block tables are append-only: two requests that
-    computed the same full block independently both keep their own block id.
-    """
-
-    __slots__ = ("_cache",)
-
-    def __init__(self) -> None:
-        self._cache: dict[BlockHashWithGroupId, KVCacheBlock | dict[int, KVCacheBlock]] = {}
-
-    def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
-        """The block cached under ``key`` (the earliest inserted one still present), or None."""
-        blocks = self._cache.get(key)
-        if blocks is None or isinstance(blocks, KVCacheBlock):
-            return blocks
-        return next(iter(blocks.values()))
-
-    def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
-        """Cache ``block`` under ``key``, beside any blocks already there."""
-        blocks = self._cache.get(key)
-        if blocks is None:
-            self._cache[key] = block
-        elif isinstance(blocks, KVCacheBlock):
-            self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
-        else:
-            blocks[block.block_id] = block
-
-    def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
-        """Remove and return block ``block_id`` from ``key``'s entry; None if it is not there."""
-        blocks = self._cache.pop(key, None)
-        if blocks is None:
-            return None
-        if isinstance(blocks, KVCacheBlock):
-            if blocks.block_id == block_id:
-                return blocks
-            self._cache[key] = blocks
-            return None
-        block = blocks.pop(block_id, None)
-        if blocks:
-            # Stays a dict even with one block left, as in vLLM.
-            self._cache[key] = blocks
-        return block
-
-    def items(self) -> list[tuple[BlockHashWithGroupId, list[KVCacheBlock]]]:
-        """Every key with its blocks in insertion order (for checks and tests)."""
-        return [
-            (key, [blocks] if isinstance(blocks, KVCacheBlock) else list(blocks.values()))
-            for key, blocks in self._cache.items()
-        ]
-
-    def __len__(self) -> int:
-        return len(self._cache)
 
 
 class BlockPool:
@@ -92,7 +40,19 @@ class BlockPool:
     free queue iff its ``ref_cnt`` is 0; every cached key points only at blocks carrying it.
     """
 
-    def __init__(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int) -> None:
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        enable_caching: bool,
+        hash_block_size: int,
+        *,
+        free_order: str = "append",
+        null_block_ref_cnt: str = "counted",
+    ) -> None:
+        if free_order not in CHOICES["free_order"]:
+            raise ValueError(f"unknown free_order {free_order!r}")
+        if null_block_ref_cnt not in CHOICES["null_block_ref_cnt"]:
+            raise ValueError(f"unknown null_block_ref_cnt {null_block_ref_cnt!r}")
         if num_gpu_blocks < 1:
             raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks}")
         if hash_block_size < 1:
@@ -108,6 +68,14 @@ class BlockPool:
         # Free blocks that still carry a hash (evictable cached blocks), kept so that the
         # memory snapshot is O(1); a pagedsim addition that changes no vLLM behaviour.
         self.num_cached_free_blocks = 0
+        # Profile switches C1 and C2 (``allocator/profiles.py``), read by free_blocks/touch.
+        self.free_order = free_order
+        self.track_null_ref_cnt = null_block_ref_cnt == "counted"
+        # With caching off no block has a hash: lifo_unhashed prepends every freed block,
+        # lifo_cached_only (0.27) none.
+        self._prepend_unhashed = free_order == "lifo_unhashed" or (
+            free_order == "lifo_cached_only" and enable_caching
+        )
 
     def get_cached_block(
         self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]
@@ -130,10 +98,13 @@ class BlockPool:
         num_full_blocks: int,
         block_size: int,
         kv_cache_group_id: int,
+        block_mask: Sequence[bool] | None = None,
     ) -> None:
         """Hash and index ``blocks[num_cached_blocks:num_full_blocks]``, skipping null blocks.
 
-        Ref counts are unchanged. The hashes come from ``request.block_hashes``.
+        Ref counts are unchanged. The hashes come from ``request.block_hashes``. With
+        ``block_mask`` (one flag per block of the range, 0.23+ sliding window) a block whose
+        flag is False is skipped like a null block: it stays unhashed.
         """
         if num_cached_blocks >= num_full_blocks:
             return
@@ -154,7 +125,10 @@ class BlockPool:
         suffix = (GROUP_ID_SUFFIXES[kv_cache_group_id]
                   if 0 <= kv_cache_group_id < len(GROUP_ID_SUFFIXES)
                   else group_id_suffix(kv_cache_group_id))
-        for i in range(num_cached_blocks, num_full_blocks):
+        indices: Iterable[int] = range(num_cached_blocks, num_full_blocks)
+        if block_mask is not None:
+            indices = [i for i in indices if block_mask[i - num_cached_blocks]]
+        for i in indices:
             block = blocks[i]
             if block.is_null:
                 continue
@@ -219,30 +193,55 @@ class BlockPool:
                 if block._block_hash is not None:
                     self.num_cached_free_blocks -= 1
             block.ref_cnt += 1
+        if not self.track_null_ref_cnt:
+            # Untracked (0.33): a hit's null entries leave the null block at 0.
+            self.null_block.ref_cnt = 0
 
-    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """Drop one reference per block; blocks reaching 0 go to the queue tail in this order.
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock], prepend: bool = False) -> None:
+        """Drop one reference per block and queue the blocks that reach 0, in this order.
+
+        Freed blocks go to the queue tail (``free_order`` "append"). Unhashed ones go to the
+        front instead, keeping their order, with ``prepend`` (the 0.23 sliding-window split)
+        or under "lifo_unhashed"/"lifo_cached_only", so they are reused first while hashed
+        blocks keep LRU order behind them.
 
         Raises:
             ValueError: on a double free (a non-null block whose ``ref_cnt`` would go below 0);
                 nothing is changed in that case.
         """
-        blocks_list = list(ordered_blocks)
-        freed = []
+        # Callers pass fresh lists (a request's reversed table); other iterables are copied.
+        blocks_list = ordered_blocks if isinstance(ordered_blocks, list) else list(ordered_blocks)
+        to_front = prepend or self._prepend_unhashed
+        first: list[KVCacheBlock] = []
+        last: list[KVCacheBlock] = []
         num_cached = 0
         for idx, block in enumerate(blocks_list):
             ref_cnt = block.ref_cnt - 1
             block.ref_cnt = ref_cnt
             if ref_cnt <= 0 and not block.is_null:
                 if ref_cnt < 0:
-                    for undo in blocks_list[: idx + 1]:
-                        undo.ref_cnt += 1
+                    self._undo_free(blocks_list[: idx + 1])
                     raise ValueError(f"double free of block {block.block_id} (ref_cnt was 0)")
-                freed.append(block)
                 if block._block_hash is not None:
                     num_cached += 1
+                    last.append(block)
+                elif to_front:
+                    first.append(block)
+                else:
+                    last.append(block)
+        if not self.track_null_ref_cnt:
+            # Untracked (0.33): the loop's decrement of a null entry is put back.
+            self.null_block.ref_cnt = 0
         self.num_cached_free_blocks += num_cached
-        self.free_block_queue.append_n(freed)
+        if first:
+            self.free_block_queue.prepend_n(first)
+        self.free_block_queue.append_n(last)
+
+    def _undo_free(self, blocks: list[KVCacheBlock]) -> None:
+        for block in blocks:
+            block.ref_cnt += 1
+        if not self.track_null_ref_cnt:
+            self.null_block.ref_cnt = 0
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         """Remove the given blocks from the prefix cache; ref counts and the queue are untouched.

@@ -1,8 +1,9 @@
 """The free-block queue: an intrusive doubly linked list with sentinels (vLLM v0.14).
 
-The front holds the next block to reuse or evict (least recently freed); freed blocks go to the
-tail in the order given. Because the links live in the blocks themselves, removing a block from
-the middle on a prefix-cache hit is O(1), unlike ``deque.remove``.
+The front holds the next block to reuse or evict; freed blocks go to the tail in the order
+given (``append_n``), or to the front (``prepend_n``, vLLM 0.23+) when they should be reused
+first. Because the links live in the blocks themselves, removing a block from the middle on a
+prefix-cache hit is O(1), unlike ``deque.remove``.
 
     head <-> b_front <-> ... <-> b_back <-> tail        (head, tail: sentinels, id -1)
 """
@@ -119,6 +120,23 @@ class FreeKVCacheBlockQueue:
             last = block
         last.next_free_block = tail
         tail.prev_free_block = last
+        self.num_free_blocks += len(blocks)
+
+    def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """Link ``blocks`` at the front, keeping their order (``blocks[0]`` becomes the front)."""
+        if not blocks:
+            return
+        head = self.fake_free_list_head
+        first = head.next_free_block
+        if first is None:
+            raise RuntimeError("free queue is corrupt: the head sentinel has no next link")
+        prev = head
+        for block in blocks:
+            block.prev_free_block = prev
+            prev.next_free_block = block
+            prev = block
+        prev.next_free_block = first
+        first.prev_free_block = prev
         self.num_free_blocks += len(blocks)
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:

@@ -1,7 +1,7 @@
-"""Block hashing for prefix caching, as in vLLM v0.14 (spec section 3).
+"""Block hashing for prefix caching, as in vLLM v0.14 (spec section 3) and its later profiles.
 
 A block's hash is chained: it covers the parent block's hash, the block's own token ids and the
-block's extra keys (LoRA name, cache salt), so block i's hash identifies tokens 0..(i+1)*bs-1.
+block's extra keys (LoRA, cache salt), so block i's hash identifies tokens 0..(i+1)*bs-1.
 Only full blocks are hashed. The hash function is injectable (``hash_fn(obj) -> bytes``); the
 default is sha256 over pickle protocol 5, byte-for-byte the same as vLLM's.
 """
@@ -108,15 +108,34 @@ def get_hash_fn_by_name(hash_fn_name: str) -> HashFn:
         raise ValueError(f"unknown hash function {hash_fn_name!r}; known: {known}") from None
 
 
-def init_none_hash(hash_fn: HashFn) -> BlockHash:
-    """Set and return the first-block seed ``NONE_HASH`` following vLLM 0.14's rule.
+DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
+"""The seed vLLM 0.29+ uses for the sha256 family when PYTHONHASHSEED is unset."""
+
+
+def init_none_hash(hash_fn: HashFn, none_hash_seed: str = "random") -> BlockHash:
+    """Set and return the first-block seed ``NONE_HASH`` following vLLM's rule.
 
     With ``PYTHONHASHSEED`` set, the seed is ``hash_fn(os.environ["PYTHONHASHSEED"])`` (the
-    string), so it is reproducible across processes; otherwise it is ``os.urandom(32)``.
+    string), so it is reproducible across processes. Otherwise, with ``none_hash_seed``
+    "random" (vLLM <= 0.28) it is ``os.urandom(32)``; with "fixed" (0.29+) it is
+    ``hash_fn("vllm-none-hash")``, except for the non-cryptographic ``xxhash``, which gets
+    ``hash_fn`` of a random hex string (the profile switch ``none_hash_seed``).
+
+    Raises:
+        ValueError: for an unknown ``none_hash_seed``.
     """
     global NONE_HASH
+    if none_hash_seed not in ("random", "fixed"):
+        raise ValueError(f"none_hash_seed must be 'random' or 'fixed', got {none_hash_seed!r}")
     seed = os.environ.get("PYTHONHASHSEED")
-    NONE_HASH = os.urandom(32) if seed is None else hash_fn(seed)
+    if seed is not None:
+        NONE_HASH = hash_fn(seed)
+    elif none_hash_seed == "random":
+        NONE_HASH = os.urandom(32)
+    elif hash_fn is xxhash:
+        NONE_HASH = hash_fn(os.urandom(32).hex())
+    else:
+        NONE_HASH = hash_fn(DEFAULT_NONE_HASH_SEED)
     return NONE_HASH
 
 
@@ -165,19 +184,31 @@ def get_group_id(key: BlockHashWithGroupId) -> int:
     return int.from_bytes(key[-4:], "big", signed=False)
 
 
+EXTRA_KEY_FORMATS = ("plain", "mm_offset", "tagged")
+"""Extra-key formats (profile switch ``extra_keys``); "mm_offset" differs from "plain" only in
+multimodal keys, which pagedsim does not model."""
+
+
 def generate_block_hash_extra_keys(
-    request: Request, start_token_idx: int, end_token_idx: int, start_mm_idx: int = 0
+    request: Request,
+    start_token_idx: int,
+    end_token_idx: int,
+    start_mm_idx: int = 0,
+    extra_keys: str = "plain",
 ) -> tuple[tuple[Any, ...] | None, int]:
     """Extra keys of the block covering tokens [start, end): (keys or None, next mm index).
 
-    Order as in vLLM 0.14: LoRA name, then the cache salt (first block only). Multimodal and
-    prompt-embeds keys are out of scope, so the multimodal index is returned unchanged.
+    Order as in vLLM: LoRA, then the cache salt (first block only, and only when non-empty:
+    ``""`` shares the cache with unsalted requests). "plain" keys are the LoRA name and the
+    salt; "tagged" (vLLM 0.31+) are ``("lora", name, path)`` and ``("cache_salt", salt)``.
+    Multimodal and prompt-embeds keys are out of scope, so the mm index is returned unchanged.
     """
     keys: list[Any] = []
+    tagged = extra_keys == "tagged"
     if request.lora_name is not None:
-        keys.append(request.lora_name)
-    if request.cache_salt is not None and start_token_idx == 0:
-        keys.append(request.cache_salt)
+        keys.append(("lora", request.lora_name, request.lora_path) if tagged else request.lora_name)
+    if request.cache_salt and start_token_idx == 0:
+        keys.append(("cache_salt", request.cache_salt) if tagged else request.cache_salt)
     return (tuple(keys) if keys else None), start_mm_idx
 
 
@@ -189,12 +220,21 @@ class RequestBlockHasher:
     The seed is captured at construction (``NONE_HASH``, initialised with ``hash_fn`` if unset).
     """
 
-    __slots__ = ("block_size", "hash_fn", "none_hash")
+    __slots__ = ("block_size", "extra_keys", "hash_fn", "none_hash")
 
-    def __init__(self, block_size: int, hash_fn: HashFn, none_hash: BlockHash | None = None):
+    def __init__(
+        self,
+        block_size: int,
+        hash_fn: HashFn,
+        none_hash: BlockHash | None = None,
+        extra_keys: str = "plain",
+    ):
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if extra_keys not in EXTRA_KEY_FORMATS:
+            raise ValueError(f"extra_keys must be one of {EXTRA_KEY_FORMATS}, got {extra_keys!r}")
         self.block_size = block_size
+        self.extra_keys = extra_keys
         self.hash_fn = hash_fn
         if none_hash is None:
             none_hash = NONE_HASH if NONE_HASH is not None else init_none_hash(hash_fn)
@@ -210,20 +250,30 @@ class RequestBlockHasher:
             return []
         hash_fn = self.hash_fn
         parent = block_hashes[-1] if block_hashes else self.none_hash
-        plain = request.lora_name is None and request.cache_salt is None
+        plain = request.lora_name is None and not request.cache_salt
+        extra_keys = self.extra_keys
         new_hashes: list[BlockHash] = []
         while start + block_size <= num_tokens:
             end = start + block_size
-            extra = None if plain else generate_block_hash_extra_keys(request, start, end)[0]
+            extra = (
+                None
+                if plain
+                else generate_block_hash_extra_keys(request, start, end, 0, extra_keys)[0]
+            )
             parent = hash_fn((parent, tuple(token_ids[start:end]), extra))
             new_hashes.append(parent)
             start = end
         return new_hashes
 
 
-def get_request_block_hasher(block_size: int, caching_hash_fn: HashFn) -> RequestBlockHasher:
-    """Return the block hasher that :class:`Request` calls on creation and on every append."""
-    return RequestBlockHasher(block_size, caching_hash_fn)
+def get_request_block_hasher(
+    block_size: int, caching_hash_fn: HashFn, extra_keys: str = "plain"
+) -> RequestBlockHasher:
+    """Return the block hasher that :class:`Request` calls on creation and on every append.
+
+    ``extra_keys`` is the profile's extra-key format (``VllmProfile.extra_keys``).
+    """
+    return RequestBlockHasher(block_size, caching_hash_fn, extra_keys=extra_keys)
 
 
 class BlockHashListWithBlockSize:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from allocator.profiles import DEFAULT_PROFILE, VllmProfile
+
 if TYPE_CHECKING:
     from allocator.request import Request
 
@@ -36,6 +38,10 @@ class ManagerConfig:
         num_cpu_blocks: CPU swap pool size in blocks (0: no swap space).
         placement: contiguous managers: "buddy" or "first-fit".
         log_stats: keep prefix-cache statistics.
+        vllm_profile: the vLLM release the paged manager follows (``profile_for("0.33")``;
+            default 0.14 behaviour).
+        watermark: paged manager: fraction of blocks kept free when admitting (0.24+ option).
+        max_in_flight_tokens: paged sliding-window admission cap term (None: never binds).
     """
 
     num_gpu_blocks: int
@@ -47,6 +53,9 @@ class ManagerConfig:
     num_cpu_blocks: int = 0
     placement: str = "buddy"
     log_stats: bool = True
+    vllm_profile: VllmProfile = DEFAULT_PROFILE
+    watermark: float = 0.0
+    max_in_flight_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_gpu_blocks < 1:

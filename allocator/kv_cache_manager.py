@@ -10,12 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from allocator.admission import (
+    admission_cap,
+    check_new_tokens,
+    full_sequence_fits,
+    watermark_blocks,
+    watermark_for,
+)
 from allocator.block import KVCacheBlock
 from allocator.block_pool import BlockPool
 from allocator.kv_cache_blocks import KVCacheBlocks
 from allocator.kv_cache_spec import KVCacheConfig
+from allocator.profiles import DEFAULT_PROFILE, VllmProfile
 from allocator.request import Request
-from allocator.single_type_manager import get_manager_for_kv_cache_spec
+from allocator.sliding_window_manager import get_manager_for_kv_cache_spec
 from allocator.stats import PrefixCacheStats
 
 
@@ -40,6 +48,10 @@ class KVCacheManager:
         hash_block_size: int | None = None,
         enable_caching: bool = True,
         log_stats: bool = False,
+        *,
+        vllm_profile: VllmProfile = DEFAULT_PROFILE,
+        watermark: float = 0.0,
+        max_in_flight_tokens: int | None = None,
     ) -> None:
         kv_cache_spec = kv_cache_config.kv_cache_spec
         self.block_size = kv_cache_spec.block_size
@@ -57,15 +69,35 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.log_stats = log_stats
         self.num_kv_cache_groups = 1
-        self.block_pool = BlockPool(kv_cache_config.num_blocks, enable_caching, hash_block_size)
-        self.single_type_manager = get_manager_for_kv_cache_spec(
-            kv_cache_spec, self.block_pool, enable_caching, kv_cache_group_id=0
+        self.vllm_profile = vllm_profile
+        self.block_pool = BlockPool(
+            kv_cache_config.num_blocks,
+            enable_caching,
+            hash_block_size,
+            free_order=vllm_profile.free_order,
+            null_block_ref_cnt=vllm_profile.null_block_ref_cnt,
         )
+        self.single_type_manager = get_manager_for_kv_cache_spec(
+            kv_cache_spec,
+            self.block_pool,
+            enable_caching,
+            kv_cache_group_id=0,
+            profile=vllm_profile,
+            max_admission_blocks_per_request=admission_cap(
+                kv_cache_config, max_model_len, max_in_flight_tokens, vllm_profile
+            ),
+        )
+        self.watermark_blocks = watermark_blocks(watermark, kv_cache_config)
+        self._adopt_zero_tokens = vllm_profile.zero_token_adopt
+        self._in_flight_free = vllm_profile.async_in_flight_swa_free
         self.empty_kv_cache_blocks = KVCacheBlocks(((),))
-        # allocate_slots may skip its staged form unless the group frees blocks early.
-        self._fast_path_ok = not self.single_type_manager.skips_tokens
+        # allocate_slots may skip its staged form unless the group frees blocks early or a
+        # watermark applies (it depends on the request's status).
+        self._fast_path_ok = not self.single_type_manager.skips_tokens and not self.watermark_blocks
         # Shortcuts for the fast path; the manager mutates these dicts, never rebinds them.
-        self._req_to_blocks = self.single_type_manager.req_to_blocks
+        # An empty dict when the fast path is off: its first test then sends every call to
+        # the staged path.
+        self._req_to_blocks = self.single_type_manager.req_to_blocks if self._fast_path_ok else {}
         self._num_cached_block = self.single_type_manager.num_cached_block
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
 
@@ -121,6 +153,9 @@ class KVCacheManager:
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
         num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
         """Make room for ``num_new_tokens`` more tokens of ``request``; None if the pool is short.
 
@@ -134,7 +169,9 @@ class KVCacheManager:
             |<------------ cached up to min(.., request.num_tokens) -->|                   |
             [ b0 ][ b1 ][ b2 ][ b3 ][ b4 ][ b5 ][ b6 ] ... cdiv(num_tokens_need_slot, bs)
 
-        Stages: (1) free blocks that fell out of a sliding window, even if the call then fails;
+        Stages: (0) with ``full_sequence_must_fit`` (vLLM 0.21+), return None unless the whole
+        sequence fits (:meth:`can_fit_full_sequence`, plus the watermark);
+        (1) free blocks that fell out of a sliding window, even if the call then fails;
         (2) count the blocks needed, including hits sitting in the free queue, and return None
         with nothing else changed when too few are free; (3) touch the hits and allocate blocks
         for external tokens; (4) allocate fresh blocks from the front of the free queue;
@@ -149,12 +186,17 @@ class KVCacheManager:
             num_external_computed_tokens: tokens whose KV a connector supplies.
             delay_cache_blocks: skip caching (the KV arrives asynchronously).
             num_encoder_tokens: accepted for signature compatibility; unused (no cross-attention).
+            full_sequence_must_fit: the 0.21+ admission gate (reserve-full-ISL).
+            reserved_blocks: free blocks the per-chunk check must leave to others.
+            has_scheduled_reqs: whether other requests run this step; the watermark applies to
+                WAITING or PREEMPTED requests (``request.status``) only then.
 
         Returns:
             The newly allocated blocks (not the hits), or None if the pool cannot supply them.
 
         Raises:
-            ValueError: if there is nothing to allocate (no new and no external tokens).
+            ValueError: if there is nothing to allocate (no new and no external tokens, and,
+                under ``zero_token_adopt``, no prefix hit to adopt).
         """
         # Fast path (every decode step of a running full-attention request): no prefix hits,
         # no external tokens, no skipped blocks, blocks already held. vLLM's stages then reduce
@@ -167,7 +209,7 @@ class KVCacheManager:
             or new_computed_blocks is not None
             or num_external_computed_tokens
             or num_new_tokens <= 0
-            or not self._fast_path_ok
+            or full_sequence_must_fit or reserved_blocks != 0
         ):
             return self._allocate_slots_staged(
                 request,
@@ -177,6 +219,9 @@ class KVCacheManager:
                 num_lookahead_tokens,
                 num_external_computed_tokens,
                 delay_cache_blocks,
+                full_sequence_must_fit,
+                reserved_blocks,
+                has_scheduled_reqs,
             )
         # Comparisons instead of min(): on CPython 3.11 a two-argument min() costs ~5x a
         # comparison, and this runs once per token-step.
@@ -190,8 +235,8 @@ class KVCacheManager:
         block_size = self.block_size
         num_new_blocks = -(num_tokens_need_slot // -block_size) - len(req_blocks)
         new_blocks = None
-        block_pool = self.block_pool
         if num_new_blocks > 0:
+            block_pool = self.block_pool
             if num_new_blocks > block_pool.free_block_queue.num_free_blocks:
                 return None
             new_blocks = block_pool.get_new_blocks(num_new_blocks)
@@ -215,21 +260,19 @@ class KVCacheManager:
         num_lookahead_tokens: int,
         num_external_computed_tokens: int,
         delay_cache_blocks: bool,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
         """:meth:`allocate_slots` stage by stage, as vLLM writes it (see its docstring)."""
-        if num_new_tokens <= 0 and (num_new_tokens < 0 or num_external_computed_tokens == 0):
-            raise ValueError(
-                f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
-                f"no external computed tokens, got {num_new_tokens}"
-            )
-        if new_computed_blocks is not None:
-            new_computed_block_list = new_computed_blocks.blocks
-        else:
-            new_computed_block_list = self.empty_kv_cache_blocks.blocks
-        hit_blocks = new_computed_block_list[0]
+        if num_new_tokens <= 0:
+            check_new_tokens(request, num_new_tokens, num_new_computed_tokens,
+                             num_external_computed_tokens, self._adopt_zero_tokens)
+        empty = self.empty_kv_cache_blocks.blocks
+        hit_lists = new_computed_blocks.blocks if new_computed_blocks is not None else empty
+        hit_blocks = hit_lists[0]
         manager = self.single_type_manager
         request_id = request.request_id
-
         num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
         total_computed_tokens = min(
             num_local_computed_tokens + num_external_computed_tokens, self.max_model_len
@@ -237,19 +280,26 @@ class KVCacheManager:
         num_tokens_need_slot = min(
             total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
-        manager.remove_skipped_blocks(request_id, total_computed_tokens)
+        reserve = (watermark_for(self.watermark_blocks, request, has_scheduled_reqs)
+                   if self.watermark_blocks else 0)
+        if full_sequence_must_fit and not full_sequence_fits(
+            self, request, hit_blocks, total_computed_tokens, reserve
+        ):
+            return None
+        processed_tokens = total_computed_tokens
+        if self._in_flight_free and request.num_in_flight_tokens:
+            processed_tokens = max(0, processed_tokens - request.num_in_flight_tokens)
+        manager.remove_skipped_blocks(request_id, processed_tokens)
         num_blocks_to_allocate = manager.get_num_blocks_to_allocate(
             request_id,
             num_tokens_need_slot,
             hit_blocks,
             num_local_computed_tokens + num_external_computed_tokens,
         )
-        if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():
+        free = self.block_pool.get_num_free_blocks() - reserved_blocks
+        if num_blocks_to_allocate + reserve > free:
             return None
-        if (
-            new_computed_block_list is not self.empty_kv_cache_blocks.blocks
-            or num_external_computed_tokens > 0
-        ):
+        if hit_lists is not empty or num_external_computed_tokens > 0:
             manager.allocate_new_computed_blocks(
                 request_id, hit_blocks, num_local_computed_tokens, num_external_computed_tokens
             )
@@ -258,6 +308,26 @@ class KVCacheManager:
             num_tokens_to_cache = min(total_computed_tokens + num_new_tokens, request.num_tokens)
             manager.cache_blocks(request, num_tokens_to_cache)
         return self.create_kv_cache_blocks((new_blocks,))
+
+    def can_fit_full_sequence(
+        self,
+        request: Request,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_external_computed_tokens: int = 0,
+        num_encoder_tokens: int = 0,
+    ) -> bool:
+        """vLLM 0.19-0.20's admission gate: does the request's whole sequence fit now?
+
+        Counts the blocks for ``min(num_tokens, max_model_len)`` tokens given the hits (those
+        in the free queue count, as in :meth:`allocate_slots`); changes nothing.
+        """
+        hit_blocks = new_computed_blocks.blocks[0] if new_computed_blocks is not None else ()
+        total_computed_tokens = min(
+            request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
+            self.max_model_len,
+        )
+        return full_sequence_fits(self, request, hit_blocks, total_computed_tokens, 0)
 
     def free(self, request: Request) -> None:
         """Release all of the request's blocks, last block first; cached ones stay findable."""
@@ -269,8 +339,9 @@ class KVCacheManager:
             self.single_type_manager.cache_blocks(request, num_computed_tokens)
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
-        """Per group, the leading blocks held by every request (0 when caching is off)."""
-        if not self.enable_caching:
+        """Per group, the leading blocks held by every request (0 when caching is off, and
+        always under the 0.32+ profile's ``cascade_prefix="zeros"``)."""
+        if not self.enable_caching or self.vllm_profile.cascade_prefix == "zeros":
             return [0]
         return [self.single_type_manager.get_num_common_prefix_blocks(running_request_id)]
 

@@ -15,13 +15,20 @@ re-express vLLM v0's rules for the v1 manager (spec section 9):
 """
 from __future__ import annotations
 
+from allocator import hashing
 from allocator.block import KVCacheBlock
-from allocator.hashing import RequestBlockHasher, get_hash_fn_by_name, get_request_block_hasher
+from allocator.hashing import (
+    RequestBlockHasher,
+    get_hash_fn_by_name,
+    get_request_block_hasher,
+    init_none_hash,
+)
 from allocator.interface import CopyPlan, ManagerConfig, MemorySnapshot
 from allocator.kv_cache_blocks import KVCacheBlocks
 from allocator.kv_cache_manager import KVCacheManager
 from allocator.kv_cache_spec import KVCacheConfig
 from allocator.paged_snapshot import paged_memory_snapshot
+from allocator.profiles import DEFAULT_PROFILE, VllmProfile
 from allocator.request import Request
 from allocator.swap import SwapSpace
 
@@ -43,14 +50,30 @@ class PagedKVCacheManager(KVCacheManager):
         log_stats: bool = False,
         hash_algo: str = "sha256",
         num_cpu_blocks: int = 0,
+        *,
+        vllm_profile: VllmProfile = DEFAULT_PROFILE,
+        watermark: float = 0.0,
+        max_in_flight_tokens: int | None = None,
     ) -> None:
-        super().__init__(kv_cache_config, max_model_len, hash_block_size, enable_caching, log_stats)
-        self.hash_algo = hash_algo
-        self.block_hasher: RequestBlockHasher | None = (
-            get_request_block_hasher(self.block_size, get_hash_fn_by_name(hash_algo))
-            if enable_caching
-            else None
+        super().__init__(
+            kv_cache_config,
+            max_model_len,
+            hash_block_size,
+            enable_caching,
+            log_stats,
+            vllm_profile=vllm_profile,
+            watermark=watermark,
+            max_in_flight_tokens=max_in_flight_tokens,
         )
+        self.hash_algo = hash_algo
+        self.block_hasher: RequestBlockHasher | None = None
+        if enable_caching:
+            hash_fn = get_hash_fn_by_name(hash_algo)
+            if hashing.NONE_HASH is None:
+                init_none_hash(hash_fn, vllm_profile.none_hash_seed)
+            self.block_hasher = get_request_block_hasher(
+                self.block_size, hash_fn, vllm_profile.extra_keys
+            )
         self.requests: dict[str, Request] = {}
         self.copy_plan: CopyPlan = []
         # Without a fork only prefix hits are shared, and those are full blocks that are
@@ -73,6 +96,9 @@ class PagedKVCacheManager(KVCacheManager):
             log_stats=config.log_stats,
             hash_algo=config.hash_algo,
             num_cpu_blocks=config.num_cpu_blocks,
+            vllm_profile=config.vllm_profile,
+            watermark=config.watermark,
+            max_in_flight_tokens=config.max_in_flight_tokens,
         )
 
     def allocate_slots(
@@ -85,6 +111,9 @@ class PagedKVCacheManager(KVCacheManager):
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
         num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
         """vLLM's ``allocate_slots``, with copy-on-write of shared blocks about to be written."""
         self.swap_space.end_run()
@@ -101,6 +130,9 @@ class PagedKVCacheManager(KVCacheManager):
             num_external_computed_tokens,
             delay_cache_blocks,
             num_encoder_tokens,
+            full_sequence_must_fit,
+            reserved_blocks,
+            has_scheduled_reqs,
         )
         if blocks is not None:
             self.requests[request.request_id] = request

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from allocator.interface import MemorySnapshot
-from allocator.single_type_manager import SlidingWindowManager
+from allocator.sliding_window_manager import SlidingWindowManager
 from allocator.waste import final_kv_slots
 
 if TYPE_CHECKING:

@@ -17,6 +17,15 @@ BlockHasher = Callable[["Request"], list[BlockHash]]
 """``hasher(request)`` returns the hashes of the request's full blocks not yet hashed."""
 
 
+class RequestStatus:
+    """The scheduler states the manager reads (vLLM's ``RequestStatus``; the watermark of
+    0.24+ applies to WAITING and PREEMPTED requests only). The scheduler sets them."""
+
+    WAITING = "WAITING"
+    RUNNING = "RUNNING"
+    PREEMPTED = "PREEMPTED"
+
+
 class Request:
     """One inference request.
 
@@ -42,14 +51,17 @@ class Request:
         "cache_salt",
         "final_output_len",
         "lora_name",
+        "lora_path",
         "max_tokens",
         "num_cached_tokens",
         "num_computed_tokens",
+        "num_in_flight_tokens",
         "num_preemptions",
         "priority",
         "prompt_token_ids",
         "request_id",
         "skip_reading_prefix_cache",
+        "status",
     )
 
     def __init__(
@@ -64,6 +76,7 @@ class Request:
         block_hasher: BlockHasher | None = None,
         final_output_len: int | None = None,
         skip_reading_prefix_cache: bool = False,
+        lora_path: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids: list[int] = list(prompt_token_ids)
@@ -73,6 +86,7 @@ class Request:
         self._all_token_ids: list[int] = list(self.prompt_token_ids)
         self._init_state(max_tokens, arrival_time, lora_name, cache_salt, priority, block_hasher,
                          final_output_len, skip_reading_prefix_cache)
+        self.lora_path: str | None = lora_path
         if block_hasher is not None:
             self._update_block_hashes()
 
@@ -105,6 +119,10 @@ class Request:
         self.num_computed_tokens = 0
         self.num_cached_tokens = -1
         self.num_preemptions = 0
+        self.lora_path = None
+        self.status = RequestStatus.WAITING
+        # Tokens scheduled but not yet processed (async scheduling, 0.26+ sliding-window frees).
+        self.num_in_flight_tokens = 0
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
         # A hasher that publishes its block size is only called when a block fills up;
@@ -147,13 +165,14 @@ class Request:
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         """Append one or more output tokens and hash any block that became full."""
+        all_token_ids = self._all_token_ids
         if isinstance(token_ids, int):
             self._output_token_ids.append(token_ids)
-            self._all_token_ids.append(token_ids)
+            all_token_ids.append(token_ids)
         else:
             self._output_token_ids.extend(token_ids)
-            self._all_token_ids.extend(token_ids)
-        if len(self._all_token_ids) >= self._next_hash_at:
+            all_token_ids.extend(token_ids)
+        if len(all_token_ids) >= self._next_hash_at:
             self._update_block_hashes()
 
     def _update_block_hashes(self) -> None:

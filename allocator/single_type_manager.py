@@ -1,10 +1,10 @@
 """Per-attention-type block bookkeeping (vLLM v0.14 ``single_type_kv_cache_manager.py``).
 
 A single-type manager owns the block table of every request for one KV-cache group
-(``req_to_blocks``) and knows how its attention type uses blocks: full attention keeps every
-block until the request is freed; sliding window replaces blocks that fell out of the window with
-the null block and frees them early. Prefix-cache lookups are classmethods so a coordinator can
-run them before a request has any state here.
+(``req_to_blocks``) and knows how its attention type uses blocks: full attention (here) keeps
+every block until the request is freed; sliding window (``sliding_window_manager.py``) replaces
+blocks that fell out of the window with the null block and frees them early. Prefix-cache
+lookups are classmethods so a coordinator can run them before a request has any state here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from allocator.block import KVCacheBlock
 from allocator.block_pool import BlockPool
 from allocator.hashing import BlockHash, group_id_suffix
-from allocator.kv_cache_spec import FullAttentionSpec, KVCacheSpec, SlidingWindowSpec
+from allocator.kv_cache_spec import KVCacheSpec
+from allocator.profiles import DEFAULT_PROFILE, VllmProfile
 from allocator.request import Request
 
 
@@ -38,13 +39,25 @@ class SingleTypeKVCacheManager(ABC):
     skips_tokens = False
     """True when :meth:`get_num_skipped_tokens` can be non-zero (blocks are freed early)."""
 
+    masks_blocks = False
+    """True when :meth:`block_mask` leaves some full blocks unhashed (0.23+ sliding window)."""
+
     def __init__(
         self,
         kv_cache_spec: KVCacheSpec,
         block_pool: BlockPool,
         enable_caching: bool,
         kv_cache_group_id: int,
+        *,
+        profile: VllmProfile = DEFAULT_PROFILE,
+        max_admission_blocks_per_request: int | None = None,
     ) -> None:
+        self.profile = profile
+        # Profile switch C6: clamp external tokens on any skipped token (0.24+).
+        self._clamp_any_skip = profile.ext_clamp == "any_token"
+        # The sliding-window admission cap (0.20+): None for full attention.
+        self.max_admission_blocks_per_request = max_admission_blocks_per_request
+        self._cap_every_check = profile.swa_admission_cap == "every_check"
         self.block_size = kv_cache_spec.block_size
         self.kv_cache_spec = kv_cache_spec
         self.block_pool = block_pool
@@ -60,13 +73,19 @@ class SingleTypeKVCacheManager(ABC):
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
         total_computed_tokens: int,
+        apply_admission_cap: bool = False,
     ) -> int:
         """Blocks the free pool must supply to hold ``num_tokens`` tokens for the request.
 
         Counts fresh blocks plus prefix hits that sit in the free queue (touching them takes
-        them out of it); hits inside the skipped (out-of-window) prefix are not counted.
+        them out of it); hits inside the skipped (out-of-window) prefix are not counted. The
+        required count is capped at ``max_admission_blocks_per_request`` in the full-sequence
+        check (``apply_admission_cap``), or in every check under the 0.20 profile.
         """
         num_required_blocks = cdiv(num_tokens, self.block_size)
+        cap = self.max_admission_blocks_per_request
+        if cap is not None and (apply_admission_cap or self._cap_every_check):
+            num_required_blocks = min(num_required_blocks, cap)
         num_req_blocks = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:
             if new_computed_blocks:
@@ -94,8 +113,11 @@ class SingleTypeKVCacheManager(ABC):
     ) -> None:
         """Give a new request its prefix hits (touched) and blocks for external tokens.
 
-        Hits inside the skipped prefix are replaced by null blocks. A running request (already
-        in ``num_cached_block``) must have no hits, and nothing happens.
+        Hits inside the skipped prefix are replaced by null blocks. External tokens inside the
+        skipped prefix are clamped away when a whole block is skipped (0.14) or, under
+        ``ext_clamp="any_token"`` (0.24+), when any token is; then a sub-block skip can leave
+        none, and the block is allocated with the new tokens instead. A running request
+        (already in ``num_cached_block``) must have no hits, and nothing happens.
         """
         if request_id in self.num_cached_block:
             if new_computed_blocks:
@@ -109,6 +131,7 @@ class SingleTypeKVCacheManager(ABC):
         num_skipped_blocks = num_skipped_tokens // self.block_size
         if num_skipped_blocks > 0:
             new_computed_blocks = new_computed_blocks[num_skipped_blocks:]
+        if num_skipped_blocks > 0 or (self._clamp_any_skip and num_skipped_tokens > 0):
             num_external_computed_tokens = min(
                 num_total_computed_tokens - num_skipped_tokens, num_external_computed_tokens
             )
@@ -121,7 +144,7 @@ class SingleTypeKVCacheManager(ABC):
         self.num_cached_block[request_id] = len(req_blocks)
         if num_external_computed_tokens > 0:
             num_blocks = cdiv(num_total_computed_tokens, self.block_size) - len(req_blocks)
-            req_blocks.extend(self.block_pool.get_new_blocks(num_blocks))
+            req_blocks.extend(self.block_pool.get_new_blocks(max(0, num_blocks)))
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
         """Append fresh blocks until the request can hold ``num_tokens``; return the new ones."""
@@ -147,15 +170,26 @@ class SingleTypeKVCacheManager(ABC):
             num_full_blocks,
             self.block_size,
             self.kv_cache_group_id,
+            self.block_mask(request, num_cached_blocks, num_full_blocks)
+            if self.masks_blocks
+            else None,
         )
         self.num_cached_block[request_id] = num_full_blocks
+
+    def block_mask(self, request: Request, start_block: int, end_block: int) -> list[bool] | None:
+        """Which blocks of ``[start_block, end_block)`` to hash (None: all of them)."""
+        return None
 
     def free(self, request_id: str) -> None:
         """Release the request's blocks, last block first (a no-op if it holds none)."""
         req_blocks = self.req_to_blocks.pop(request_id, [])
         # Reversed so that the chain's tail is evicted before its shared root.
-        self.block_pool.free_blocks(reversed(req_blocks))
+        self._release(req_blocks[::-1])
         self.num_cached_block.pop(request_id, None)
+
+    def _release(self, ordered_blocks: list[KVCacheBlock]) -> None:
+        """Hand blocks back to the pool, first-to-evict first."""
+        self.block_pool.free_blocks(ordered_blocks)
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Leading tokens that attention no longer reads once ``num_computed_tokens`` are done."""
@@ -174,7 +208,7 @@ class SingleTypeKVCacheManager(ABC):
                 break
             removed_blocks.append(blocks[i])
             blocks[i] = self._null_block
-        self.block_pool.free_blocks(removed_blocks)
+        self._release(removed_blocks)
 
     @abstractmethod
     def get_num_common_prefix_blocks(self, running_request_id: str) -> int:
@@ -267,93 +301,3 @@ class FullAttentionManager(SingleTypeKVCacheManager):
                 break
             num_common_blocks += 1
         return num_common_blocks
-
-
-class SlidingWindowManager(SingleTypeKVCacheManager):
-    """Sliding window: tokens before ``num_computed - sliding_window + 1`` are never read again."""
-
-    skips_tokens = True
-
-    def __init__(
-        self,
-        kv_cache_spec: KVCacheSpec,
-        block_pool: BlockPool,
-        enable_caching: bool,
-        kv_cache_group_id: int,
-    ) -> None:
-        if not isinstance(kv_cache_spec, SlidingWindowSpec):
-            raise TypeError(f"SlidingWindowManager needs a SlidingWindowSpec, got {kv_cache_spec}")
-        super().__init__(kv_cache_spec, block_pool, enable_caching, kv_cache_group_id)
-        self.sliding_window = kv_cache_spec.sliding_window
-
-    @classmethod
-    def find_longest_cache_hit(
-        cls,
-        block_hashes: Sequence[BlockHash],
-        max_length: int,
-        kv_cache_group_ids: Sequence[int],
-        block_pool: BlockPool,
-        kv_cache_spec: KVCacheSpec,
-        use_eagle: bool = False,
-        alignment_tokens: int | None = None,
-    ) -> tuple[list[KVCacheBlock], ...]:
-        """Longest prefix whose last ``cdiv(sliding_window - 1, bs)`` blocks are all cached.
-
-        Searched right to left; earlier positions are null blocks. Without such a run, only a
-        cached run starting at block 0 counts.
-        """
-        if not isinstance(kv_cache_spec, SlidingWindowSpec):
-            raise TypeError(f"expected a SlidingWindowSpec, got {kv_cache_spec}")
-        block_size = kv_cache_spec.block_size
-        alignment = block_size if alignment_tokens is None else alignment_tokens
-        num_contiguous_needed = cdiv(kv_cache_spec.sliding_window - 1, block_size) + use_eagle
-        max_num_blocks = max_length // block_size
-        null_block = block_pool.null_block
-        computed_blocks = tuple([null_block] * max_num_blocks for _ in kv_cache_group_ids)
-        num_contiguous = 0
-        match_found = False
-        for i in range(max_num_blocks - 1, -1, -1):
-            cached_blocks = block_pool.get_cached_block(block_hashes[i], kv_cache_group_ids)
-            if cached_blocks is None:
-                num_contiguous = 0
-                continue
-            if num_contiguous == 0 and (i + 1) * block_size % alignment != 0:
-                continue
-            for computed, cached in zip(computed_blocks, cached_blocks):
-                computed[i] = cached
-            num_contiguous += 1
-            if num_contiguous >= num_contiguous_needed:
-                for computed in computed_blocks:
-                    del computed[i + num_contiguous :]
-                match_found = True
-                break
-        if not match_found:
-            for computed in computed_blocks:
-                del computed[num_contiguous:]
-            while len(computed_blocks[0]) * block_size % alignment != 0:
-                for computed in computed_blocks:
-                    computed.pop()
-        if use_eagle and computed_blocks[0]:
-            for computed in computed_blocks:
-                computed.pop()
-        return computed_blocks
-
-    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
-        return max(0, num_computed_tokens - self.sliding_window + 1)
-
-    def get_num_common_prefix_blocks(self, running_request_id: str) -> int:
-        return 0
-
-
-spec_manager_map: dict[type, type[SingleTypeKVCacheManager]] = {
-    FullAttentionSpec: FullAttentionManager,
-    SlidingWindowSpec: SlidingWindowManager,
-}
-
-
-def get_manager_for_kv_cache_spec(
-    kv_cache_spec: KVCacheSpec, block_pool: BlockPool, enable_caching: bool, kv_cache_group_id: int
-) -> SingleTypeKVCacheManager:
-    """Build the manager class that handles ``kv_cache_spec``'s attention type."""
-    manager_class = spec_manager_map[type(kv_cache_spec)]
-    return manager_class(kv_cache_spec, block_pool, enable_caching, kv_cache_group_id)

@@ -10,6 +10,7 @@ token-step = one append + allocate. Block size 16, 16,384 blocks, sha256 hashing
 
     python benchmarks/bench_allocator.py [--quick] [--rows N] [--trace CSV] [--digest]
     PYTHONPATH=/path/to/vllm python benchmarks/bench_allocator.py --vllm --repeat 3
+    python benchmarks/bench_allocator.py --vllm-version 0.33    # pagedsim under that profile
     python benchmarks/bench_allocator.py --managers [--n 4]   # every manager, fork workload
 
 ``--managers`` runs the same stream through the manager interface for the paged manager and
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from allocator import KVCacheBlocks, KVCacheConfig, KVCacheManager, Request
 from allocator.hashing import get_request_block_hasher, init_none_hash, sha256
+from allocator.profiles import DEFAULT_PROFILE, VllmProfile, profile_for
 
 DEFAULT_TRACE = (
     Path(__file__).resolve().parents[2] / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
@@ -118,6 +120,7 @@ def run_stream(
     staged: bool = False,
     vllm: bool = False,
     num_blocks: int = NUM_BLOCKS,
+    profile: VllmProfile = DEFAULT_PROFILE,
 ) -> StreamResult:
     """Run the op stream once and time it (admissions and decode steps together).
 
@@ -129,11 +132,13 @@ def run_stream(
         manager, waiting = _vllm_setup(prompts, outputs, enable_caching, num_blocks)
     else:
         manager = KVCacheManager(
-            KVCacheConfig(num_blocks, BLOCK_SIZE), MAX_MODEL_LEN, enable_caching=enable_caching
+            KVCacheConfig(num_blocks, BLOCK_SIZE), MAX_MODEL_LEN, enable_caching=enable_caching,
+            vllm_profile=profile,
         )
         if staged:
             _force_staged_path(manager)
-        hasher = get_request_block_hasher(BLOCK_SIZE, sha256) if enable_caching else None
+        hasher = (get_request_block_hasher(BLOCK_SIZE, sha256, profile.extra_keys)
+                  if enable_caching else None)
         waiting = deque(
             Request(str(i), prompt, max_tokens=out, block_hasher=hasher, final_output_len=out)
             for i, (prompt, out) in enumerate(zip(prompts, outputs))
@@ -261,10 +266,16 @@ def main(argv: list[str] | None = None) -> None:
         "--vllm", action="store_true",
         help="also run vLLM's own KVCacheManager (vllm 0.14 importable) and compare digests",
     )
+    parser.add_argument("--vllm-version", default="0.14",
+                        help="pagedsim's release profile (default 0.14)")
     parser.add_argument("--managers", action="store_true",
                         help="run every manager of allocator.registry through the interface")
     parser.add_argument("--n", type=int, default=1, help="with --managers: samples per request")
     args = parser.parse_args(argv)
+    try:
+        profile = profile_for(args.vllm_version)
+    except ValueError as exc:
+        parser.error(f"--vllm-version: {exc}")
     num_rows = 200 if args.quick else args.rows
     if not args.synthetic and args.trace.is_file():
         rows, source = load_rows(args.trace, num_rows), f"{args.trace.name}, first {num_rows} rows"
@@ -275,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     outputs = [generated for _, generated in rows]
     print(
         f"stream: {source}; block size {BLOCK_SIZE}, {args.num_blocks} blocks, sha256, "
-        f"max {MAX_RUNNING} running"
+        f"max {MAX_RUNNING} running; pagedsim {profile.describe()}"
     )
     if args.managers:
         _run_managers(prompts, outputs, args.n)
@@ -289,7 +300,8 @@ def main(argv: list[str] | None = None) -> None:
             for impl in impls:
                 results[impl].append(
                     run_stream(prompts, outputs, enable_caching, args.digest or args.vllm,
-                               args.staged, vllm=impl, num_blocks=args.num_blocks)
+                               args.staged, vllm=impl, num_blocks=args.num_blocks,
+                               profile=profile)
                 )
         for impl in impls:
             best = max(results[impl], key=lambda r: r.rate)

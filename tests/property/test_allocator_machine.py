@@ -3,11 +3,14 @@
 Requests whose prompts share prefixes over a 3-token alphabet are admitted (prefix lookup, then
 a possibly chunked prefill), extended, preempted, resumed and freed on a tiny pool, so hits,
 evictions and failed allocations are frequent. Beside the manager the machine keeps a simple
-model: each live request's block table and, per block, the token prefix whose KV was last
-written into it. A second manager that always takes the staged (vLLM-shaped) allocate_slots
-path must agree with the first one on every block id.
+model: each live request's block table, per block the token prefix whose KV was last written
+into it, and a list model of the free queue with a dict of ref counts, which applies the
+profile's free order (C1) and null-block rule (C2) to every call the manager makes into its
+pool. A second manager that always takes the staged (vLLM-shaped) allocate_slots path must
+agree with the first one on every block id. Every distinct release profile runs every machine.
 
-Profiles: HYPOTHESIS_PROFILE=long runs 10,000 examples per machine; the default runs 200.
+Profiles: HYPOTHESIS_PROFILE=long runs 10,000 examples per machine at 0.14 and 1,000 at each
+later profile; the default runs 200 at 0.14 and 25 at each later profile.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from allocator.hashing import get_request_block_hasher, init_none_hash, sha256
 from allocator.kv_cache_blocks import KVCacheBlocks
 from allocator.kv_cache_manager import KVCacheManager
 from allocator.kv_cache_spec import KVCacheConfig
+from allocator.profiles import VllmProfile, distinct_profiles, profile_for
 from allocator.request import Request
+from tests.property.queue_model import QueueModel
 
 BS = 2
 MAX_MODEL_LEN = 40
@@ -44,11 +49,9 @@ _COMMON = {
     "stateful_step_count": 30,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
 }
-settings.register_profile("allocator-default", max_examples=200, **_COMMON)
-settings.register_profile("allocator-long", max_examples=10_000, **_COMMON)
-PROFILE = settings.get_profile(
-    "allocator-long" if os.environ.get("HYPOTHESIS_PROFILE") == "long" else "allocator-default"
-)
+LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"
+PROFILE = settings(max_examples=10_000 if LONG else 200, **_COMMON)
+LATER_PROFILE = settings(max_examples=1_000 if LONG else 25, **_COMMON)
 
 
 def staged_allocate(manager: KVCacheManager, request: Request, *args: Any, **kw: Any) -> Any:
@@ -70,6 +73,7 @@ def staged_allocate(manager: KVCacheManager, request: Request, *args: Any, **kw:
         full["num_lookahead_tokens"],
         0,
         False,
+        full.get("full_sequence_must_fit", False),
     )
 
 
@@ -79,6 +83,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     NUM_BLOCKS = 14
     SLIDING_WINDOW: int | None = None
     ENABLE_CACHING = True
+    VLLM_PROFILE: VllmProfile = profile_for("0.14")
 
     live = Bundle("live")
 
@@ -86,11 +91,16 @@ class AllocatorMachine(RuleBasedStateMachine):
         super().__init__()
         init_none_hash(sha256)
         config = KVCacheConfig(self.NUM_BLOCKS, BS, self.SLIDING_WINDOW)
+        profile = self.VLLM_PROFILE
         self.manager = KVCacheManager(
-            config, MAX_MODEL_LEN, enable_caching=self.ENABLE_CACHING, log_stats=True
+            config, MAX_MODEL_LEN, enable_caching=self.ENABLE_CACHING, log_stats=True,
+            vllm_profile=profile,
         )
-        self.shadow = KVCacheManager(config, MAX_MODEL_LEN, enable_caching=self.ENABLE_CACHING)
-        self.hasher = get_request_block_hasher(BS, sha256) if self.ENABLE_CACHING else None
+        self.shadow = KVCacheManager(config, MAX_MODEL_LEN, enable_caching=self.ENABLE_CACHING,
+                                     vllm_profile=profile)
+        self.queue_model = QueueModel(self.manager.block_pool, profile)
+        self.hasher = (get_request_block_hasher(BS, sha256, profile.extra_keys)
+                       if self.ENABLE_CACHING else None)
         self.requests: dict[str, Request] = {}
         self.tables: dict[str, list[int]] = {}
         self.waiting: set[str] = set()
@@ -102,7 +112,7 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     def content(self, request: Request, end: int) -> tuple[Any, ...]:
         """What a slot ending the prefix ``[:end]`` holds: KV depends on the whole prefix."""
-        return (request.cache_salt, tuple(request.all_token_ids[:end]))
+        return (request.cache_salt or None, tuple(request.all_token_ids[:end]))
 
     def snapshot(self) -> tuple[Any, ...]:
         pool = self.manager.block_pool
@@ -171,7 +181,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             for i in range(min(skipped, len(table))):
                 table[i] = 0
 
-    def start(self, request: Request, chunk: int) -> bool:
+    def start(self, request: Request, chunk: int, gate: bool = False) -> bool:
         """Prefix lookup then the first prefill chunk; False if the pool is short."""
         hit_blocks, num_hit = self.manager.get_computed_blocks(request)
         shadow_hits, shadow_num_hit = self.shadow.get_computed_blocks(request)
@@ -187,7 +197,8 @@ class AllocatorMachine(RuleBasedStateMachine):
                 assert self.written.get(block_id) == self.content(request, (i + 1) * BS)
         self.shadow_hits = shadow_hits
         num_new = min(request.num_tokens - num_hit, chunk)
-        new = self.allocate(request, num_new, num_hit, hit_blocks)
+        kw = {"full_sequence_must_fit": True} if gate else {}
+        new = self.allocate(request, num_new, num_hit, hit_blocks, **kw)
         if new is None:
             return False
         request.num_computed_tokens = num_hit
@@ -203,16 +214,19 @@ class AllocatorMachine(RuleBasedStateMachine):
         target=live,
         prefix=st.sampled_from(PREFIXES),
         suffix=st.lists(TOKENS, max_size=7),
-        salt=st.sampled_from([None, None, None, "salt"]),
+        salt=st.sampled_from([None, None, None, "salt", ""]),
         chunk=st.integers(1, 16),
+        gate=st.booleans(),
     )
-    def admit(self, prefix: list[int], suffix: list[int], salt: str | None, chunk: int) -> Any:
+    def admit(
+        self, prefix: list[int], suffix: list[int], salt: str | None, chunk: int, gate: bool
+    ) -> Any:
         tokens = prefix + suffix or [1]
         request = Request(
             f"r{self.next_id}", tokens, max_tokens=64, cache_salt=salt, block_hasher=self.hasher
         )
         self.next_id += 1
-        if not self.start(request, chunk):
+        if not self.start(request, chunk, gate):
             return multiple()
         self.requests[request.request_id] = request
         return request.request_id
@@ -300,6 +314,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             b.block_id for b in self.shadow.block_pool.free_block_queue.get_all_free_blocks()
         ]
         assert queue == shadow_queue
+        self.queue_model.check()
 
     def teardown(self) -> None:
         for request in self.requests.values():
@@ -324,9 +339,21 @@ class NoCachingMachine(AllocatorMachine):
     NUM_BLOCKS = 10
 
 
-TestAllocatorMachine = AllocatorMachine.TestCase
-TestAllocatorMachine.settings = PROFILE
-TestSlidingWindowMachine = SlidingWindowMachine.TestCase
-TestSlidingWindowMachine.settings = PROFILE
-TestNoCachingMachine = NoCachingMachine.TestCase
-TestNoCachingMachine.settings = PROFILE
+MACHINES = (AllocatorMachine, SlidingWindowMachine, NoCachingMachine)
+
+
+def _profile_cases() -> dict[str, Any]:
+    """One TestCase per machine and distinct profile (0.14 at the full example count)."""
+    cases: dict[str, Any] = {}
+    for profile in distinct_profiles():
+        for machine in MACHINES:
+            name = machine.__name__.removesuffix("Machine")
+            suffix = "" if profile.version == "0.14" else "_v" + profile.version.replace(".", "_")
+            variant = type(f"{name}{suffix}", (machine,), {"VLLM_PROFILE": profile})
+            case = variant.TestCase
+            case.settings = PROFILE if profile.version == "0.14" else LATER_PROFILE
+            cases[f"Test{name}Machine{suffix}"] = case
+    return cases
+
+
+globals().update(_profile_cases())

@@ -4,7 +4,8 @@ The machine keeps the simulated contents of every GPU and CPU block slot and exe
 copy plans and swap maps the manager returns, the way kernels would. A slot's content is the
 whole token prefix up to and including its token, so a wrong prefix hit, a missing copy, a
 block reused while still live or a lost swap shows up as a sequence whose KV differs from
-its own logical tokens.
+its own logical tokens. The machine runs under the 0.14 profile and again under 0.33's (free
+order, null block and hash keys change; fork, copy-on-write and swap must still hold).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from hypothesis.stateful import (
 
 from allocator.interface import ManagerConfig
 from allocator.paged import PagedKVCacheManager
+from allocator.profiles import profile_for
 from allocator.request import Request
 
 BLOCK_SIZE = 4
@@ -42,6 +44,7 @@ class PagedCowMachine(RuleBasedStateMachine):
     """Requests are admitted, decoded, forked, swapped and freed beside a slot-content model."""
 
     live = Bundle("live")
+    VLLM_PROFILE = profile_for("0.14")
 
     def __init__(self) -> None:
         super().__init__()
@@ -50,6 +53,7 @@ class PagedCowMachine(RuleBasedStateMachine):
             block_size=BLOCK_SIZE,
             max_model_len=MAX_MODEL_LEN,
             num_cpu_blocks=NUM_CPU_BLOCKS,
+            vllm_profile=self.VLLM_PROFILE,
         )
         self.manager = PagedKVCacheManager.from_config(config)
         self.gpu: dict[int, list[tuple[int, ...] | None]] = {}
@@ -185,10 +189,21 @@ class PagedCowMachine(RuleBasedStateMachine):
         self.manager.check_invariants()
 
 
-PagedCowMachine.TestCase.settings = settings(
+SETTINGS = settings(
     max_examples=MAX_EXAMPLES,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+PagedCowMachine.TestCase.settings = SETTINGS
 TestPagedCowMachine = PagedCowMachine.TestCase
+
+
+class PagedCowMachine033(PagedCowMachine):
+    """The same machine under the vLLM 0.33 profile."""
+
+    VLLM_PROFILE = profile_for("0.33")
+
+
+PagedCowMachine033.TestCase.settings = settings(SETTINGS, max_examples=MAX_EXAMPLES // 3)
+TestPagedCowMachine033 = PagedCowMachine033.TestCase

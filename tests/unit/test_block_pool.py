@@ -230,3 +230,69 @@ def test_check_invariants_detects_corruption() -> None:
     pool.cached_block_hash_to_block.insert(b"key", pool.blocks[3])
     with pytest.raises(AssertionError, match="wrong key"):
         pool.check_invariants()
+
+
+def _freed_queue(pool: BlockPool) -> list[int]:
+    """Hash block 1 of [1, 2, 3], free them last-first, return the queue."""
+    b1, b2, b3 = pool.get_new_blocks(3)
+    if pool.enable_caching:
+        request = hashed_request(list(range(4)))
+        pool.cache_full_blocks(request, [b1], 0, 1, BS, 0)
+    pool.free_blocks([b3, b2, b1])
+    pool.check_invariants()
+    return queue_ids(pool)
+
+
+@pytest.mark.parametrize(("free_order", "caching", "queue"), [
+    ("append", True, [4, 5, 3, 2, 1]),
+    ("swa_split", True, [4, 5, 3, 2, 1]),
+    ("lifo_unhashed", True, [3, 2, 4, 5, 1]),
+    ("lifo_cached_only", True, [3, 2, 4, 5, 1]),
+    ("lifo_unhashed", False, [3, 2, 1, 4, 5]),
+    ("lifo_cached_only", False, [4, 5, 3, 2, 1]),
+])
+def test_free_order_modes(free_order: str, caching: bool, queue: list[int]) -> None:
+    """C1: unhashed blocks reaching 0 go to the front (in order) under the lifo modes; with
+    caching off every block under lifo_unhashed and none under lifo_cached_only (0.27)."""
+    assert _freed_queue(BlockPool(6, caching, BS, free_order=free_order)) == queue
+
+
+def test_free_blocks_prepend_argument() -> None:
+    """free_blocks(prepend=True) puts freed unhashed blocks at the front (0.23's SWA split)."""
+    pool = BlockPool(6, True, BS)
+    b1, b2, b3 = pool.get_new_blocks(3)
+    pool.cache_full_blocks(hashed_request(list(range(4))), [b1], 0, 1, BS, 0)
+    pool.free_blocks([b3, b2, b1], prepend=True)
+    assert queue_ids(pool) == [3, 2, 4, 5, 1]
+
+
+@pytest.mark.parametrize(("mode", "after_touch", "after_free"), [
+    ("counted", 2, 0), ("untracked", 0, 0),
+])
+def test_null_block_ref_cnt(mode: str, after_touch: int, after_free: int) -> None:
+    """C2: touch/free count the null block (0.14) or skip it (0.33); it never enters the queue."""
+    pool = BlockPool(4, True, BS, null_block_ref_cnt=mode)
+    null = pool.null_block
+    pool.touch([null, null])
+    assert null.ref_cnt == after_touch
+    pool.free_blocks([null, null])
+    assert null.ref_cnt == after_free and queue_ids(pool) == [1, 2, 3]
+    pool.free_blocks([null])
+    assert null.ref_cnt == (-1 if mode == "counted" else 0)
+
+
+def test_cache_full_blocks_mask() -> None:
+    """A block masked out is left unhashed, like a null block (0.23+ sliding window)."""
+    pool = BlockPool(6, True, BS)
+    request = hashed_request(list(range(8)))
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(request, blocks, 0, 2, BS, 0, block_mask=[False, True])
+    assert blocks[0].block_hash is None and blocks[1].block_hash == key(request, 1)
+
+
+def test_unknown_switch_values_rejected() -> None:
+    """Bad switch values name the switch."""
+    with pytest.raises(ValueError, match="free_order"):
+        BlockPool(4, True, BS, free_order="fifo")
+    with pytest.raises(ValueError, match="null_block_ref_cnt"):
+        BlockPool(4, True, BS, null_block_ref_cnt="maybe")

@@ -97,3 +97,17 @@ def test_interleaved_operations_match_list_model() -> None:
             queue.append(block)
             model.append(block.block_id)
         assert ids(queue) == model and queue.num_free_blocks == len(model)
+
+
+def test_prepend_n_keeps_order_at_the_front() -> None:
+    """prepend_n links blocks after the head in list order (vLLM 0.23+), so blocks[0] is next."""
+    blocks, queue = make(5)
+    queue.popleft_n(3)
+    queue.prepend_n([blocks[2], blocks[0]])
+    assert ids(queue) == [2, 0, 3, 4] and queue.num_free_blocks == 4
+    queue.prepend_n([])
+    assert queue.popleft() is blocks[2]
+    empty_blocks, empty = make(1)
+    empty.popleft()
+    empty.prepend_n(empty_blocks)
+    assert ids(empty) == [0] and empty.num_free_blocks == 1

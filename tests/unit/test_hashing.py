@@ -25,6 +25,7 @@ from allocator.hashing import (
     sha256,
     sha256_cbor,
 )
+from allocator.profiles import profile_for
 from allocator.request import Request
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,3 +178,69 @@ def test_block_hash_list_with_block_size() -> None:
         view[2]
     with pytest.raises(ValueError):
         BlockHashListWithBlockSize([], 4, 6)
+
+
+# Block hashes of tokens [1..9] at block size 4 with PYTHONHASHSEED=0, recorded from vLLM's own
+# get_request_block_hasher + Request (0.14.0 and 0.33.0). "" shares the unsalted hashes.
+VLLM_HASHES = {
+    ("0.14", None, None): ("762b2e7e1520febd3a0aedb7358e8602facf3924440e18538fce057e23bae91d",
+                           "9e62b5a7ec298f33cb4c7d9e00b659874bb2432d23ad6879ad1746592a2b036b"),
+    ("0.14", "s1", None): ("de73592a2bd9baf653a4998920440855b93469c73d62ec69ac9dd3a01f8f2427",
+                           "53a873f3c8277693d9575b3df7857c64de2af5ba4fe43023370bb22121e33126"),
+    ("0.14", None, "a"): ("a3c11c9e3bcd3f1f48e19baa3dd9cbfa730be7611e2c616ba1ea773a2ed5f2ce",
+                          "8e0855a3fde07a6efd01cc9187947f2b80fe33ad42d8e975e751dad540843caf"),
+    ("0.14", "s1", "a"): ("05c03718f550ebe900b9426f6555c9852bcdbde71748f6709a4adcc0c049c8c5",
+                          "7f6f2df17cf9394a7b5afed0d27f1e43176775269e019d55bcc078315e551e8a"),
+    ("0.33", "s1", None): ("a7e35e311104d2c478b3bf3aa5ee44a86ebac9eda9a1ec66787a6aad151115ab",
+                           "9ddbb8233cf757fc7304341ac6202c062b59f54911689e381514749babb02fd3"),
+    ("0.33", None, "a"): ("06ec2e7a94f9871a23c33a7c4d18638b023e41a2279465a721749b4ab70464a4",
+                          "7dfdc19cab958c814871138c8e8a5a96fad519bfb11a91bf8e2285be110b2561"),
+    ("0.33", "s1", "a"): ("2c1b92830f4ab7fbe0febaca4f48fc6453796623aec5dfa0ef51c78e08d63e3e",
+                          "b8bdc51b4c4ea1d33b1914910e3959ddd0054f1582fafd6ccb1bf8f36e1fa353"),
+}
+VLLM_HASHES[("0.33", None, None)] = VLLM_HASHES[("0.14", None, None)]
+
+
+def _vllm_request_hashes(version: str, salt: str | None, lora: str | None) -> list[str]:
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(4, sha256, profile_for(version).extra_keys)
+    request = Request("r", range(1, 10), 4, cache_salt=salt, lora_name=lora,
+                      lora_path=None if lora is None else f"/p/{lora}", block_hasher=hasher)
+    return [h.hex() for h in request.block_hashes]
+
+
+@pytest.mark.parametrize("key", sorted(VLLM_HASHES, key=str))
+def test_hashes_recorded_from_vllm(seed_zero: None, key: tuple[str, str | None, str | None]) -> None:
+    """Salted and LoRA block hashes equal vLLM's: plain keys in 0.14, tagged in 0.33 (C3)."""
+    assert tuple(_vllm_request_hashes(*key)) == VLLM_HASHES[key]
+
+
+@pytest.mark.parametrize("version", ["0.14", "0.33"])
+def test_empty_cache_salt_is_unsalted(seed_zero: None, version: str) -> None:
+    """cache_salt="" adds no extra key (vLLM tests truthiness), so it shares the cache."""
+    assert tuple(_vllm_request_hashes(version, "", None)) == VLLM_HASHES[(version, None, None)]
+    request = Request("r", range(4), 4, cache_salt="")
+    assert generate_block_hash_extra_keys(request, 0, 4) == (None, 0)
+    assert generate_block_hash_extra_keys(request, 0, 4, extra_keys="tagged") == (None, 0)
+
+
+def test_tagged_extra_keys() -> None:
+    """The 0.31+ format tags each key: ("lora", name, path), then ("cache_salt", salt)."""
+    request = Request("r", range(8), 4, lora_name="a", lora_path="/p/a", cache_salt="s")
+    keys = generate_block_hash_extra_keys(request, 0, 4, extra_keys="tagged")[0]
+    assert keys == (("lora", "a", "/p/a"), ("cache_salt", "s"))
+    assert generate_block_hash_extra_keys(request, 4, 8, extra_keys="tagged")[0] == (
+        ("lora", "a", "/p/a"),)
+
+
+def test_fixed_none_hash_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unseeded, 0.29+ derives NONE_HASH from "vllm-none-hash" (values from vLLM 0.33.0,
+    two processes); xxhash keeps a random seed; 0.14's rule stays random (C9)."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    assert init_none_hash(sha256, "fixed").hex() == (
+        "066b1e8987e027138e98701c46128929378935f9b6cd1549105ae6b4f0d71198")
+    assert init_none_hash(sha256_cbor, "fixed").hex() == (
+        "9bd96a485ad84efdafb72ee48a1d7a69bcead0f8f0433173941b276b9581eef0")
+    assert init_none_hash(sha256, "random") != init_none_hash(sha256, "random")
+    with pytest.raises(ValueError, match="none_hash_seed"):
+        init_none_hash(sha256, "sometimes")

@@ -5,6 +5,8 @@ import pytest
 
 from allocator.interface import KVManager, ManagerConfig, NoFreeBlocksError
 from allocator.paged import PagedKVCacheManager
+from allocator.profiles import profile_for
+from allocator.registry import make_manager as make_registered
 from allocator.request import Request
 
 
@@ -163,3 +165,22 @@ def test_snapshot_counts_shared_slots_once_and_logical_slots_per_sequence() -> N
     snapshot = manager.memory_snapshot()
     assert snapshot.token_states == 6
     assert snapshot.logical_slots == 12
+
+
+def test_from_config_carries_the_release_profile() -> None:
+    """ManagerConfig defaults to 0.14 behaviour; a profile reaches the pool, the hasher and
+    the admission options."""
+    assert ManagerConfig(num_gpu_blocks=8).vllm_profile == profile_for("0.14")
+    default = PagedKVCacheManager.from_config(ManagerConfig(num_gpu_blocks=8))
+    assert default.block_pool.free_order == "append"
+    assert default.block_hasher is not None and default.block_hasher.extra_keys == "plain"
+    config = ManagerConfig(num_gpu_blocks=10, vllm_profile=profile_for("0.33"), watermark=0.2,
+                           sliding_window=4, max_in_flight_tokens=8)
+    manager = PagedKVCacheManager.from_config(config)
+    assert manager.block_pool.free_order == "lifo_unhashed"
+    assert not manager.block_pool.track_null_ref_cnt
+    assert manager.block_hasher is not None and manager.block_hasher.extra_keys == "tagged"
+    assert manager.watermark_blocks == 2
+    assert manager.single_type_manager.max_admission_blocks_per_request == 2  # cdiv(11, 16) + 1
+    nocache = make_registered("paged-nocache", config)
+    assert nocache.vllm_profile.version == "0.33"  # type: ignore[attr-defined]

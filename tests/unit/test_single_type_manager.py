@@ -8,12 +8,8 @@ from allocator.block import KVCacheBlock
 from allocator.block_pool import BlockPool
 from allocator.hashing import make_block_hash_with_group_id
 from allocator.kv_cache_spec import FullAttentionSpec, SlidingWindowSpec
-from allocator.single_type_manager import (
-    FullAttentionManager,
-    SlidingWindowManager,
-    cdiv,
-    get_manager_for_kv_cache_spec,
-)
+from allocator.single_type_manager import FullAttentionManager, cdiv
+from allocator.sliding_window_manager import SlidingWindowManager, get_manager_for_kv_cache_spec
 
 
 def full_manager(bs: int = 2, num_blocks: int = 100) -> FullAttentionManager:
