@@ -20,13 +20,13 @@ import platform
 import time
 from pathlib import Path
 
-from sim.capacity import plan_kv_capacity
-from sim.gpus import get_gpu
-from sim.models import get_model
+from sim.cost.capacity import plan_kv_capacity
+from sim.cost.gpus import get_gpu
+from sim.cost.models import get_model
 from sim.options import SchedulerConfig
 from sim.run import run_allocator
-from sim.step_model import make_step_model
-from sim.swap_cost import make_swap_cost
+from sim.cost.step_model import make_step_model
+from sim.cost.swap_cost import make_swap_cost
 from traces import limit, load_trace, scale_rate
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / \

@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg == "--sweep" or arg.startswith("--sweep=") for arg in argv):
-        from sim.sweep import main_from_simulate
+        from sim.sweep.run import main_from_simulate
 
         return main_from_simulate(argv)
     args = build_parser().parse_args(argv)

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 if TYPE_CHECKING:
-    from sim.admission import Admission
-    from sim.metrics import RunLog
-    from sim.plan import StepPlan
-    from sim.step_base import StepModel, StepTime
-    from sim.workload import Workload
+    from sim.sched.admission import Admission
+    from sim.results.metrics import RunLog
+    from sim.sched.plan import StepPlan
+    from sim.cost.step_base import StepModel, StepTime
+    from sim.workload.workload import Workload
 
 Snapshot = Callable[[], tuple[int, ...]]
 

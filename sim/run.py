@@ -24,17 +24,17 @@ from allocator.hashing import get_hash_fn_by_name, get_request_block_hasher
 from allocator.interface import ManagerConfig
 from allocator.paged import PagedKVCacheManager
 from allocator.registry import make_manager
-from sim.block_hash import FastBlockHasher
-from sim.cohort import FastScheduler
+from sim.workload.block_hash import FastBlockHasher
+from sim.sched.cohort import FastScheduler
 from sim.engine import EngineState, arrivals, engine
-from sim.metrics import RunLog, summarize
-from sim.scheduler import Scheduler
-from sim.sequence import Group
-from sim.workload import Workload
+from sim.results.metrics import RunLog, summarize
+from sim.sched.scheduler import Scheduler
+from sim.workload.sequence import Group
+from sim.workload.workload import Workload
 
 if TYPE_CHECKING:
     from sim.options import SchedulerConfig
-    from sim.step_base import StepModel
+    from sim.cost.step_base import StepModel
     from traces import Trace
 
 

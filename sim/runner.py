@@ -9,12 +9,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from sim.alloc_log import AllocationLog
-from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
-from sim.outputs import SCHEMA_VERSION, pagedsim_version, provenance, write_json, write_table
+from sim.results.alloc_log import AllocationLog
+from sim.results.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from sim.results.outputs import SCHEMA_VERSION, pagedsim_version, provenance, write_json, write_table
 from sim.run import RunResult, SimulationError, run_allocator
 from sim.simulation import config_record, fail
-from sim.table import comparison_table
+from sim.results.table import comparison_table
 
 if TYPE_CHECKING:
     from sim.simulation import Setup

@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.capacity import KVCapacity, plan_kv_capacity
-from sim.gpus import GpuSpec, make_gpu
-from sim.models import ModelConfig, get_model
+from sim.cost.capacity import KVCapacity, plan_kv_capacity
+from sim.cost.gpus import GpuSpec, make_gpu
+from sim.cost.models import ModelConfig, get_model
 from sim.options import SchedulerConfig
-from sim.step_base import StepModel
-from sim.step_model import make_step_model
-from sim.swap_cost import SwapCost, make_swap_cost
+from sim.cost.step_base import StepModel
+from sim.cost.step_model import make_step_model
+from sim.cost.swap_cost import SwapCost, make_swap_cost
 from traces import Trace, TraceError
 
 DEFAULT_MAX_MODEL_LEN = 4096

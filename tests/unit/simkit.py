@@ -6,7 +6,7 @@ from typing import Any
 
 from sim.options import SchedulerConfig
 from sim.run import RunResult, run_allocator
-from sim.step_base import StepModel, StepTime
+from sim.cost.step_base import StepModel, StepTime
 from traces import Trace, TraceRequest
 
 STEP_S = 0.01

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.alloc_log import read_log
+from sim.results.alloc_log import read_log
 from sim.cli import main
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.block_hash import FastBlockHasher
+from sim.workload.block_hash import FastBlockHasher
 from tests.unit.simkit import make_trace, simulate
 from traces import add_system_prompt
 

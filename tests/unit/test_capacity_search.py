@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sim.capacity_search import (
+from sim.sweep.capacity import (
     Bracket,
     allocator_names,
     find_capacity,
@@ -17,10 +17,10 @@ from sim.capacity_search import (
     ratios,
     render,
 )
-from sim.sweep import main, run_capacity
-from sim.sweep_backends import LocalBackend
-from sim.sweep_cell import TraceCache, run_cell
-from sim.sweep_spec import CapacitySettings, load_spec
+from sim.sweep.run import main, run_capacity
+from sim.sweep.backends import LocalBackend
+from sim.sweep.cell import TraceCache, run_cell
+from sim.sweep.spec import CapacitySettings, load_spec
 
 LOG_ENV = "PAGEDSIM_TEST_CAPACITY_LOG"
 SLOPES = {"paged": 0.02, "max": 0.08}

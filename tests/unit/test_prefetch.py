@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim import prefetch
-from sim import workload as workload_module
-from sim.block_hash import FastBlockHasher, as_hash_bytes
+from sim.workload import prefetch
+from sim.workload import workload as workload_module
+from sim.workload.block_hash import FastBlockHasher, as_hash_bytes
 from sim.options import SchedulerConfig
-from sim.workload import Workload
+from sim.workload.workload import Workload
 from tests.unit.simkit import make_trace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sim.gpus import get_gpu
-from sim.models import get_model
+from sim.cost.gpus import get_gpu
+from sim.cost.models import get_model
 from sim.options import SchedulerConfig
 from sim.run import RunResult, run_allocator
-from sim.step_base import StepModel, StepTime
-from sim.step_model import make_step_model
+from sim.cost.step_base import StepModel, StepTime
+from sim.cost.step_model import make_step_model
 from tests.unit.simkit import make_trace
 from traces import default_workload, limit
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.sampling import choose_parents
+from sim.sched.sampling import choose_parents
 from tests.unit.simkit import make_trace, rows, simulate, steps
 
 

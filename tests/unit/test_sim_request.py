@@ -6,9 +6,9 @@ import pytest
 
 from allocator.hashing import get_request_block_hasher, init_none_hash, sha256
 from allocator.request import Request
-from sim.block_hash import FastBlockHasher
-from sim.sim_request import SimRequest
-from sim.workload import Workload
+from sim.workload.block_hash import FastBlockHasher
+from sim.workload.sim_request import SimRequest
+from sim.workload.workload import Workload
 from tests.unit.simkit import make_trace
 from traces import add_system_prompt
 

@@ -11,10 +11,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from sim.sweep import main, main_from_simulate, run_sweep
-from sim.sweep_backends import LocalBackend
-from sim.sweep_cell import TraceCache, run_cell
-from sim.sweep_spec import load_spec
+from sim.sweep.run import main, main_from_simulate, run_sweep
+from sim.sweep.backends import LocalBackend
+from sim.sweep.cell import TraceCache, run_cell
+from sim.sweep.spec import load_spec
 
 LOG_ENV = "PAGEDSIM_TEST_SWEEP_LOG"
 DIE_ENV = "PAGEDSIM_TEST_SWEEP_DIE_AT"

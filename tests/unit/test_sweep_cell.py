@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import traces
-from sim.sweep_cell import (
+from sim.sweep.cell import (
     CellTask,
     OptionError,
     TraceCache,
@@ -17,7 +17,7 @@ from sim.sweep_cell import (
     run_cell,
     to_argv,
 )
-from sim.sweep_store import CELL_FILE, ERROR_FILE
+from sim.sweep.store import CELL_FILE, ERROR_FILE
 
 TRACE = "Timestamp,Request tokens,Response tokens\n0,100,20\n0.5,60,10\n1.0,80,15\n"
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.sweep_spec import (
+from sim.sweep.spec import (
     CapacitySettings,
     SpecError,
     cell_name,

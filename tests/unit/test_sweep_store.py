@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.sweep_store import (
+from sim.sweep.store import (
     CELL_FILE,
     ERROR_FILE,
     clean_temp,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.sequence import Seq
+from sim.workload.sequence import Seq
 
 
 class StepPlan:

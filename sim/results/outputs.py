@@ -88,7 +88,7 @@ def write_table(path: Path, name: str, columns: dict[str, list[Any]]) -> None:
 
 def provenance(seed: int, trace_path: str | None, trace_sha256: str | None) -> dict[str, Any]:
     """pagedsim version, git commit (if any), Python, seed, trace path and sha256, command."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return {
         "pagedsim_version": pagedsim_version(),
         "git_commit": _git(root, "rev-parse", "HEAD"),

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sim.sequence import Seq
+    from sim.workload.sequence import Seq
 
 
 class PagedTally:

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.sweep_backends import CellFn
-from sim.sweep_cell import CellRunner, CellTask
-from sim.sweep_spec import CapacitySettings, SweepSpec, cell_name, value_text
-from sim.sweep_store import finished, save_record
+from sim.sweep.backends import CellFn
+from sim.sweep.cell import CellRunner, CellTask
+from sim.sweep.spec import CapacitySettings, SweepSpec, cell_name, value_text
+from sim.sweep.store import finished, save_record
 
 SEARCH_AXES = ("rate_scale", "allocators")
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from allocator.request import Request
-from sim import prefetch
-from sim.block_hash import FastBlockHasher, as_hash_bytes
-from sim.sequence import Group, Seq
-from sim.sim_request import SimRequest
+from sim.workload import prefetch
+from sim.workload.block_hash import FastBlockHasher, as_hash_bytes
+from sim.workload.sequence import Group, Seq
+from sim.workload.sim_request import SimRequest
 from traces import derive_token_ids
 
 PREFETCH = 256

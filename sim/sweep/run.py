@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim import capacity_search as cs
-from sim.sweep_backends import BackendError, CellFn, LocalBackend, RayBackend, default_workers
-from sim.sweep_cell import (
+from sim.sweep import capacity as cs
+from sim.sweep.backends import BackendError, CellFn, LocalBackend, RayBackend, default_workers
+from sim.sweep.cell import (
     WORKER_CACHE,
     CellRunner,
     CellTask,
@@ -31,9 +31,9 @@ from sim.sweep_cell import (
     option_actions,
     run_cell,
 )
-from sim.sweep_merge import merge_rows, render_table, write_parquet
-from sim.sweep_spec import CapacitySettings, SpecError, SweepSpec, cell_name, load_spec
-from sim.sweep_store import SCHEMA_VERSION, clean_temp, finished, save_record, write_json
+from sim.sweep.merge import merge_rows, render_table, write_parquet
+from sim.sweep.spec import CapacitySettings, SpecError, SweepSpec, cell_name, load_spec
+from sim.sweep.store import SCHEMA_VERSION, clean_temp, finished, save_record, write_json
 
 DEFAULT_OUT = Path("results") / "sweeps"
 
@@ -77,8 +77,8 @@ def run_sweep(spec: SweepSpec, out: Path, backend: Any, *, fn: CellFn = execute_
         spec: the parsed spec.
         out: the sweep directory.
         backend: an entered LocalBackend or RayBackend.
-        fn: what a worker runs per cell (sim.sweep_cell.execute_cell).
-        runner: how a cell runs the simulator (sim.sweep_cell.run_cell; tests swap it).
+        fn: what a worker runs per cell (sim.sweep.cell.execute_cell).
+        runner: how a cell runs the simulator (sim.sweep.cell.run_cell; tests swap it).
         check: resolve every cell before running (default: when runner is run_cell).
         progress: show a progress bar over cells on stderr.
     """

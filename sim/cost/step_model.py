@@ -8,13 +8,13 @@ per_seq_us=10'), 'poly:FILE' (step_poly.py) and 'table:FILE' (step_table.py).
 """
 from __future__ import annotations
 
-from sim.capacity import KV_CACHE_DTYPES
-from sim.gpus import GpuSpec
-from sim.models import ModelConfig
-from sim.step_base import StepModel, StepTime, causal_pairs
-from sim.step_poly import PolyStepModel
-from sim.step_roofline import RooflineStepModel
-from sim.step_table import TableStepModel
+from sim.cost.capacity import KV_CACHE_DTYPES
+from sim.cost.gpus import GpuSpec
+from sim.cost.models import ModelConfig
+from sim.cost.step_base import StepModel, StepTime, causal_pairs
+from sim.cost.step_poly import PolyStepModel
+from sim.cost.step_roofline import RooflineStepModel
+from sim.cost.step_table import TableStepModel
 
 __all__ = [
     "PolyStepModel",

@@ -24,20 +24,20 @@ from typing import TYPE_CHECKING
 from allocator.kv_cache_manager import KVCacheManager
 from allocator.paged import PagedKVCacheManager
 from sim.engine import record_step
-from sim.metrics import STEP_COLUMNS, RunLog
-from sim.plan import StepPlan
-from sim.scheduler import Scheduler
-from sim.sequence import RUNNING, Seq
-from sim.sim_request import SimRequest
-from sim.tally import PagedTally
+from sim.results.metrics import STEP_COLUMNS, RunLog
+from sim.sched.plan import StepPlan
+from sim.sched.scheduler import Scheduler
+from sim.workload.sequence import RUNNING, Seq
+from sim.workload.sim_request import SimRequest
+from sim.sched.tally import PagedTally
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from allocator.interface import KVManager
     from sim.options import SchedulerConfig
-    from sim.step_base import StepModel, StepTime
-    from sim.workload import Workload
+    from sim.cost.step_base import StepModel, StepTime
+    from sim.workload.workload import Workload
 
 
 _WAITING = STEP_COLUMNS.index("num_waiting")

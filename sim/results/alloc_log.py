@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from allocator.paged import PagedKVCacheManager
-from sim.outputs import SCHEMA_VERSION, replace_into
+from sim.results.outputs import SCHEMA_VERSION, replace_into
 
 if TYPE_CHECKING:
-    from sim.plan import StepPlan
-    from sim.scheduler import Scheduler
+    from sim.sched.plan import StepPlan
+    from sim.sched.scheduler import Scheduler
     from sim.simulation import Setup
-    from sim.step_base import StepTime
+    from sim.cost.step_base import StepTime
 
 TOKEN_IDS = ("from the trace where it has them (explicit ids; Mooncake hash ids expanded "
              "block by block), else traces.derive_token_ids(seed, key, start, count) with key "

@@ -26,13 +26,13 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from sim.block_hash import FastBlockHasher
+from sim.workload.block_hash import FastBlockHasher
 from traces.tokens import derive_token_runs
 
 LOOKAHEAD = 4
 """Windows submitted to the helper ahead of the one being admitted."""
 
-_ROOT = Path(__file__).resolve().parents[1]  # the directory holding the ``sim`` package
+_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the ``sim`` package
 
 
 class Prepared(NamedTuple):
@@ -77,7 +77,7 @@ class Helper:
 
     def __init__(self) -> None:
         code = (f"import sys; sys.path.insert(0, {str(_ROOT)!r}); "
-                "from sim.prefetch import serve; serve(sys.stdin.buffer, sys.stdout.buffer)")
+                "from sim.workload.prefetch import serve; serve(sys.stdin.buffer, sys.stdout.buffer)")
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE)
         self.results: dict[int, Prepared | None] = {}

@@ -22,16 +22,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.gpus import GpuSpec
-from sim.models import ModelConfig
-from sim.step_base import (
+from sim.cost.gpus import GpuSpec
+from sim.cost.models import ModelConfig
+from sim.cost.step_base import (
     DEFAULT_PER_SEQ_OVERHEAD_S,
     DEFAULT_STEP_OVERHEAD_S,
     ZERO_STEP,
     StepModel,
     StepTime,
 )
-from sim.step_match import check_measured_for
+from sim.cost.step_match import check_measured_for
 
 COLUMNS = ("kind", "batch", "context", "new_tokens", "time_us")
 KINDS = ("decode_attn", "prefill_attn", "gemm", "lm_head")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped,unused-ignore]
 
-from sim.sweep_spec import value_text
+from sim.sweep.spec import value_text
 
 TABLE_COLUMNS = ("throughput_req_s", "norm_latency_mean_s", "ttft_p99_s", "mean_batch_size",
                  "num_preemptions", "kv_token_states_frac")

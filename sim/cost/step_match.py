@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.gpus import GpuSpec, resolve_gpu_name
-from sim.models import ModelConfig, resolve_model_name
+from sim.cost.gpus import GpuSpec, resolve_gpu_name
+from sim.cost.models import ModelConfig, resolve_model_name
 
 
 def _same(a: str, b: str, resolve: Any) -> bool:

@@ -11,9 +11,9 @@ take it (or the manager cannot swap) the preemption falls back to recompute. A f
 from __future__ import annotations
 
 from allocator.interface import NoFreeBlocksError
-from sim.admission import Admission
-from sim.plan import StepPlan
-from sim.sequence import RUNNING, SWAPPED, WAITING, Seq
+from sim.sched.admission import Admission
+from sim.sched.plan import StepPlan
+from sim.workload.sequence import RUNNING, SWAPPED, WAITING, Seq
 
 
 class Preemption(Admission):

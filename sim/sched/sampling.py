@@ -18,11 +18,11 @@ import random
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from sim.sequence import FINISHED, RUNNING, Group, Seq
+from sim.workload.sequence import FINISHED, RUNNING, Group, Seq
 
 if TYPE_CHECKING:
-    from sim.admission import Admission
-    from sim.plan import StepPlan
+    from sim.sched.admission import Admission
+    from sim.sched.plan import StepPlan
 
 
 def choose_parents(rng: random.Random, k: int, keep_prob: float) -> list[int]:

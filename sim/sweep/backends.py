@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from sim.sweep_cell import CellTask, failed_record
+from sim.sweep.cell import CellTask, failed_record
 
 CellFn = Callable[[CellTask], dict[str, Any]]
 
@@ -110,7 +110,7 @@ class RayBackend:
         # this copy of pagedsim on their path (a checkout need not be installed). A
         # runtime_env would do the same but costs seconds per worker start.
         saved = os.environ.get("PYTHONPATH")
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, saved) if p)
         try:
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.sweep_spec import value_text
-from sim.sweep_store import CELL_FILE, ERROR_FILE, SCHEMA_VERSION, commit, make_temp, write_json
+from sim.sweep.spec import value_text
+from sim.sweep.store import CELL_FILE, ERROR_FILE, SCHEMA_VERSION, commit, make_temp, write_json
 
 if TYPE_CHECKING:
     from traces import Trace

@@ -13,14 +13,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sim.plan import StepPlan
-from sim.sampling import Sampling
-from sim.sequence import REJECTED, RUNNING, WAITING, Group, Seq
+from sim.sched.plan import StepPlan
+from sim.sched.sampling import Sampling
+from sim.workload.sequence import REJECTED, RUNNING, WAITING, Group, Seq
 
 if TYPE_CHECKING:
     from allocator.interface import KVManager
     from sim.options import SchedulerConfig
-    from sim.workload import Workload
+    from sim.workload.workload import Workload
 
 Unit = list[Seq]
 

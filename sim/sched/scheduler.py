@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sim.plan import StepPlan
-from sim.preemption import Preemption
-from sim.sequence import FINISHED, RUNNING, Group, Seq
+from sim.sched.plan import StepPlan
+from sim.sched.preemption import Preemption
+from sim.workload.sequence import FINISHED, RUNNING, Group, Seq
 
 if TYPE_CHECKING:
     from allocator.interface import KVManager
     from sim.options import SchedulerConfig
-    from sim.workload import Workload
+    from sim.workload.workload import Workload
 
 
 class Scheduler(Preemption):

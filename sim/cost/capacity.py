@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.gpus import GIB, GpuSpec
-from sim.models import ModelConfig
+from sim.cost.gpus import GIB, GpuSpec
+from sim.cost.models import ModelConfig
 
 KV_CACHE_DTYPES: dict[str, int | None] = {"auto": None, "fp16": 2, "bf16": 2, "fp8": 1,
                                           "fp8_e4m3": 1, "fp8_e5m2": 1}

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.sequence import Group
+from sim.workload.sequence import Group
 
 STEP_COLUMNS = (
     "step", "time_s", "duration_s", "attention_s", "linear_s", "overhead_s", "swap_s",

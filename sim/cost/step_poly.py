@@ -18,16 +18,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.gpus import GpuSpec
-from sim.models import ModelConfig
-from sim.step_base import (
+from sim.cost.gpus import GpuSpec
+from sim.cost.models import ModelConfig
+from sim.cost.step_base import (
     DEFAULT_PER_SEQ_OVERHEAD_S,
     DEFAULT_STEP_OVERHEAD_S,
     ZERO_STEP,
     StepModel,
     StepTime,
 )
-from sim.step_match import check_measured_for
+from sim.cost.step_match import check_measured_for
 
 FEATURES = ("const", "num_seqs", "new_tokens", "context_tokens", "new_x_context", "new_sq")
 PARTS = ("attention", "linear", "overhead")

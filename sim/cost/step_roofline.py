@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sim.capacity import kv_bytes_per_token
-from sim.gpus import GpuSpec
-from sim.models import ModelConfig
-from sim.step_base import (
+from sim.cost.capacity import kv_bytes_per_token
+from sim.cost.gpus import GpuSpec
+from sim.cost.models import ModelConfig
+from sim.cost.step_base import (
     DEFAULT_PER_SEQ_OVERHEAD_S,
     DEFAULT_STEP_OVERHEAD_S,
     ZERO_STEP,

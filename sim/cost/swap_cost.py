@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.capacity import block_bytes
-from sim.gpus import GpuSpec
-from sim.models import ModelConfig
+from sim.cost.capacity import block_bytes
+from sim.cost.gpus import GpuSpec
+from sim.cost.models import ModelConfig
 
 # Launch plus DMA setup of one small cudaMemcpyAsync: a few microseconds.
 PER_COPY_OVERHEAD_S = 5e-6
