@@ -21,10 +21,10 @@ from allocator.paged import PagedKVCacheManager
 from sim.results.outputs import SCHEMA_VERSION, replace_into
 
 if TYPE_CHECKING:
+    from sim.config import RunConfig
+    from sim.cost.step_base import StepTime
     from sim.sched.plan import StepPlan
     from sim.sched.scheduler import Scheduler
-    from sim.simulation import Setup
-    from sim.cost.step_base import StepTime
 
 TOKEN_IDS = ("from the trace where it has them (explicit ids; Mooncake hash ids expanded "
              "block by block), else traces.derive_token_ids(seed, key, start, count) with key "
@@ -35,9 +35,10 @@ TOKEN_IDS = ("from the trace where it has them (explicit ids; Mooncake hash ids 
 class AllocationLog:
     """One gzip JSON-lines file for all allocators of a run, moved into place on close."""
 
-    def __init__(self, setup: Setup) -> None:
-        self.setup = setup
-        self.path = setup.out_dir / "allocation_log.jsonl.gz"
+    def __init__(self, config: RunConfig, seed: int) -> None:
+        self.config = config
+        self.seed = seed
+        self.path = config.output.out_dir / "allocation_log.jsonl.gz"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, self.tmp = tempfile.mkstemp(prefix=".allocation_log.", dir=self.path.parent)
         self.raw = os.fdopen(fd, "wb")
@@ -48,19 +49,18 @@ class AllocationLog:
 
     def begin(self, allocator: str) -> StepWriter:
         """Write the header of one allocator's section; returns its step writer."""
-        s = self.setup
-        m = s.model
+        cache, m = self.config.cache, self.config.model
         self.write({
             "kind": "header", "schema_version": SCHEMA_VERSION, "allocator": allocator,
-            "block_size": s.config.block_size, "num_gpu_blocks": s.config.num_gpu_blocks,
-            "num_cpu_blocks": s.config.num_cpu_blocks,
+            "block_size": cache.block_size, "num_gpu_blocks": cache.num_gpu_blocks,
+            "num_cpu_blocks": cache.num_cpu_blocks,
             "model": {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
                       "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
-                      "dtype": m.dtype, "kv_cache_dtype": s.args.kv_cache_dtype,
+                      "dtype": m.dtype, "kv_cache_dtype": cache.kv_cache_dtype,
                       "sliding_window": m.sliding_window},
-            "seed": s.trace.seed, "token_ids": TOKEN_IDS,
+            "seed": self.seed, "token_ids": TOKEN_IDS,
         })
-        return StepWriter(self, s.config.block_size)
+        return StepWriter(self, cache.block_size)
 
     def close(self) -> None:
         self.fh.close()

@@ -1,10 +1,7 @@
 """The side-by-side comparison table printed on stdout at the end of a run."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from sim.run import RunResult
+from typing import Any
 
 ROWS = (
     ("finished / rejected", None),
@@ -50,14 +47,15 @@ def _cell(label: str, spec: Any, s: dict[str, Any]) -> str:
     return _pair(s, "e2el_mean_s", "e2el_p99_s", "{:.2f}")
 
 
-def comparison_table(results: list[RunResult]) -> str:
-    """Metrics as rows, allocators as columns, aligned for a terminal."""
-    if not results:
+def comparison_table(summaries: dict[str, dict[str, Any]]) -> str:
+    """Metrics as rows, allocators (``summaries`` maps each to its summary) as columns,
+    aligned for a terminal."""
+    if not summaries:
         return "no allocator completed"
-    header = ["metric"] + [r.name for r in results]
+    header = ["metric", *summaries]
     rows = [header]
     for label, spec in ROWS:
-        rows.append([label] + [_cell(label, spec, r.summary) for r in results])
+        rows.append([label] + [_cell(label, spec, s) for s in summaries.values()])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = []
     for k, row in enumerate(rows):

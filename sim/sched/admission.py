@@ -19,7 +19,7 @@ from sim.workload.sequence import REJECTED, RUNNING, WAITING, Group, Seq
 
 if TYPE_CHECKING:
     from allocator.interface import KVManager
-    from sim.options import SchedulerConfig
+    from sim.config import RunConfig
     from sim.workload.workload import Workload
 
 Unit = list[Seq]
@@ -28,10 +28,11 @@ Unit = list[Seq]
 class Admission:
     """Queues, counters, the waiting side of the scheduler and the fast path's hooks."""
 
-    def __init__(self, manager: KVManager, config: SchedulerConfig, workload: Workload,
+    def __init__(self, manager: KVManager, config: RunConfig, workload: Workload,
                  *, fanout: bool, request_batching: bool, independent: bool = False) -> None:
         self.manager = manager
-        self.config = config
+        self.run = config
+        self.config = config.scheduler
         self.workload = workload
         self.fanout = fanout
         self.independent = independent
@@ -46,8 +47,8 @@ class Admission:
         self.epoch = 0
         self.failed: tuple[Any, ...] | None = None
         self.now = 0.0
-        self.record_log = config.record_log
-        self.eager_append = not config.fast
+        self.record_log = config.output.record_log
+        self.eager_append = not config.scheduler.fast
         self.can_ever_fit: Callable[[Group], bool] | None = None
         self.on_finish: Callable[[Group], None] = lambda group: None
         self.on_reject: Callable[[Group], None] = lambda group: None

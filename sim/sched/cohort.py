@@ -23,19 +23,18 @@ from typing import TYPE_CHECKING
 
 from allocator.kv_cache_manager import KVCacheManager
 from allocator.paged import PagedKVCacheManager
-from sim.engine import record_step
 from sim.results.metrics import STEP_COLUMNS, RunLog
 from sim.sched.plan import StepPlan
-from sim.sched.scheduler import Scheduler
+from sim.sched.scheduler import Scheduler, record_step
+from sim.sched.tally import PagedTally
 from sim.workload.sequence import RUNNING, Seq
 from sim.workload.sim_request import SimRequest
-from sim.sched.tally import PagedTally
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from allocator.interface import KVManager
-    from sim.options import SchedulerConfig
+    from sim.config import RunConfig
     from sim.cost.step_base import StepModel, StepTime
     from sim.workload.workload import Workload
 
@@ -50,12 +49,12 @@ _by_key = attrgetter("key")
 class FastScheduler(Scheduler):
     """Scheduler whose steps cost O(events), not O(running); same results by construction."""
 
-    def __init__(self, manager: KVManager, config: SchedulerConfig, workload: Workload,
+    def __init__(self, manager: KVManager, config: RunConfig, workload: Workload,
                  *, fanout: bool = False) -> None:
         super().__init__(manager, config, workload, fanout=fanout)
-        self.block_size = config.block_size
+        self.block_size = config.cache.block_size
         self.caching = bool(getattr(manager, "enable_caching", False))
-        self.tally = PagedTally(manager, config.block_size)
+        self.tally = PagedTally(manager, config.cache.block_size)
         self.buckets: dict[int, list[tuple[Seq, int]]] = {}
         self.active: dict[int, Seq] = {}
         self.active_computed = 0

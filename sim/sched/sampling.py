@@ -45,7 +45,7 @@ class Sampling:
         beams = group.beam_width > 1
         count = group.beam_width if beams else group.n
         if beams and group.rng is None:
-            group.rng = random.Random(f"{sched.config.seed}:{group.request_id}")
+            group.rng = random.Random(f"{sched.run.workload.seed}:{group.request_id}")
         for sample in range(1, count):
             child = (sched.workload.beam_child(parent) if beams
                      else sched.workload.child_seq(parent, sample))
@@ -73,7 +73,7 @@ class Sampling:
         if len(beams) < 2 or len({s.num_out for s in beams}) != 1 or beams[0].num_out < 2:
             return
         assert isinstance(group.rng, random.Random)
-        parents = choose_parents(group.rng, len(beams), self.scheduler.config.beam_keep_prob)
+        parents = choose_parents(group.rng, len(beams), self.scheduler.run.workload.beam_keep_prob)
         counts = Counter(parents)
         for j, beam in enumerate(beams):
             if counts[j] == 0:

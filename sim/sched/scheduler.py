@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sim.cost.step_base import StepTime
+from sim.results.metrics import RunLog
 from sim.sched.plan import StepPlan
 from sim.sched.preemption import Preemption
 from sim.workload.sequence import FINISHED, RUNNING, Group, Seq
 
 if TYPE_CHECKING:
     from allocator.interface import KVManager
-    from sim.options import SchedulerConfig
+    from sim.config import RunConfig
     from sim.workload.workload import Workload
 
 
@@ -32,7 +34,7 @@ class Scheduler(Preemption):
     unfinished sequences.
     """
 
-    def __init__(self, manager: KVManager, config: SchedulerConfig, workload: Workload,
+    def __init__(self, manager: KVManager, config: RunConfig, workload: Workload,
                  *, fanout: bool = False, request_batching: bool = False,
                  independent: bool = False) -> None:
         super().__init__(manager, config, workload, fanout=fanout,
@@ -165,3 +167,16 @@ class Scheduler(Preemption):
         """What the allocation log says about a sequence about to be freed."""
         return {"request_id": seq.request_id, "sample": seq.sample, "reason": reason,
                 "block_ids": list(self.manager.get_block_ids(seq.request_id)[0])}
+
+
+def record_step(log: RunLog, sched: Any, plan: StepPlan, st: StepTime, start: float,
+                duration: float, swap_s: float, snap: tuple[int, ...]) -> None:
+    """Append one row in ``metrics.STEP_COLUMNS`` order."""
+    num_decode, _, prefills, total = plan.split()
+    log.steps.append((
+        sched.step_index - 1, start, duration, st.attention_s, st.linear_s, st.overhead_s,
+        swap_s, len(sched.running), sched.num_running_groups, sched.num_waiting(),
+        len(sched.swapped), num_decode + len(prefills), total - num_decode, num_decode,
+        *snap, plan.prefix_queries, plan.prefix_hits, plan.num_preemptions, plan.num_copies,
+        plan.swap_out_blocks, plan.swap_in_blocks,
+    ))

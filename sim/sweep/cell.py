@@ -1,55 +1,48 @@
 """One sweep cell: simulate.py's options in, the ordinary simulator run in its own directory.
 
-``run_cell`` turns option names (snake_case of simulate.py's flags) into simulate.py's argv,
-parses it with ``sim.cli``'s own parser and runs ``sim.simulation.run_from_args``, so a cell
-is exactly ``simulate.py ARGS --out CELL_DIR``. ``execute_cell`` is what a worker process
-runs: it captures the simulator's output in ``cell.log`` and commits the directory with its
-marker (sim/sweep_store.py). Each worker process keeps one ``TraceCache``: the trace is read
-and parsed once per worker, and every cell applies its own rate scaling and limit to it.
+A cell's values (snake_case option names, TOML values) are converted to the options' types
+as the command line would read them, applied with ``dataclasses.replace`` to the default
+``Options`` and resolved by ``sim.cli``'s own ``resolve``, so a cell is exactly ``simulate.py
+ARGS --out CELL_DIR``. ``execute_cell`` is what a worker process runs: it captures the
+simulator's output in ``cell.log`` and commits the directory with its marker
+(sim/sweep/store.py). Each worker process keeps one ``TraceCache``, the trace loader its
+cells are given: the trace is read and parsed once per worker, and every cell applies its
+own rate scaling and limit to it.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import functools
+import dataclasses
 import io
+import json
 import os
 import socket
 import time
 import traceback
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sim.cli import resolve, run_options
+from sim.config import OPTION_TYPES, InputError, OptionError, Options, flag
 from sim.sweep.spec import value_text
 from sim.sweep.store import CELL_FILE, ERROR_FILE, SCHEMA_VERSION, commit, make_temp, write_json
+from sim.workload.source import load_input
+from traces import Trace, TraceError, default_workload, load_trace
 
-if TYPE_CHECKING:
-    from traces import Trace
+_CONVERTERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
 
 
 class CellError(RuntimeError):
     """A cell could not run: bad options, unreadable input or a failed simulation."""
 
 
-class OptionError(ValueError):
-    """An option the simulator refuses; ``key`` names it when known."""
-
-    def __init__(self, key: str | None, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-
-
 class TraceCache:
-    """Traces loaded by this process, keyed by everything that changes loading.
-
-    While ``installed()``, ``traces.load_trace`` and ``traces.default_workload`` answer from
-    the cache, so the simulator's own loading code (and its rate scaling and limit, applied
-    to the returned trace) runs unchanged. Traces are immutable, so sharing one is safe.
-    """
+    """A trace loader (``sim.workload.source.TraceLoader``) that keeps the traces it loaded,
+    keyed by everything that changes loading. Traces are immutable, so sharing one is safe."""
 
     def __init__(self, max_entries: int = 4) -> None:
         self.max_entries = max_entries
@@ -58,8 +51,6 @@ class TraceCache:
 
     def load_trace(self, path: str | Path, format: str | None = None, **kwargs: Any) -> Trace:
         """``traces.load_trace`` through the cache (keyed by path, size, mtime, arguments)."""
-        from traces.loader import load_trace
-
         try:
             stat = Path(path).stat()
         except OSError:
@@ -70,8 +61,6 @@ class TraceCache:
 
     def default_workload(self, seed: int = 0) -> Trace:
         """``traces.default_workload`` through the cache."""
-        from traces.synthetic import default_workload
-
         return self._get(("default", seed), lambda: default_workload(seed))
 
     def _get(self, key: tuple[Any, ...], load: Callable[[], Trace]) -> Trace:
@@ -85,129 +74,75 @@ class TraceCache:
             self._traces.popitem(last=False)
         return trace
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[TraceCache]:
-        """Route the simulator's trace loading through this cache for the block."""
-        import traces
-
-        saved = traces.load_trace, traces.default_workload
-        traces.load_trace, traces.default_workload = self.load_trace, self.default_workload
-        try:
-            yield self
-        finally:
-            traces.load_trace, traces.default_workload = saved
-
 
 # One cache per process: process pools and Ray both reuse a worker for many cells.
 WORKER_CACHE = TraceCache()
 
 
-@functools.lru_cache(maxsize=1)
-def option_actions() -> dict[str, argparse.Action]:
-    """simulate.py's options by destination name (from sim.cli's parser)."""
-    from sim.cli import build_parser
-
-    # argparse has no public list of actions; _actions is stable since Python 3.2.
-    return {a.dest: a for a in build_parser()._actions if a.dest != "help"}
-
-
-def to_argv(options: dict[str, Any], extra: Sequence[str] = ()) -> list[str]:
-    """simulate.py's argv for ``options``, then ``extra``, then the trace (after "--").
+def option_value(key: str, value: Any) -> Any:
+    """A spec value as the command line would read it for option ``key`` (TOML gives ints
+    for floats, lists for comma-separated text, ...).
 
     Raises:
-        OptionError: an unknown name, or a boolean given to a valued option (or vice versa).
+        OptionError: an unknown name, a boolean for a valued option (or the reverse), or
+            text the option's type cannot read.
     """
-    actions = option_actions()
-    argv: list[str] = []
-    positional: list[str] = []
-    for key, value in options.items():
-        action = actions.get(key)
-        if action is None:
-            raise OptionError(key, f"{key}: not a simulate.py option")
-        flags = action.option_strings
-        if not flags:
-            positional.append(value_text(value))
-        elif isinstance(action, argparse.BooleanOptionalAction) or action.nargs == 0:
-            if not isinstance(value, bool):
-                raise OptionError(key, f"{key}: expected true or false, got {value!r}")
-            argv.extend(_flag(action, value))
-        elif isinstance(value, bool):
+    kind = OPTION_TYPES.get(key)
+    if kind is None:
+        raise OptionError(key, f"{key}: not a simulate.py option")
+    if kind == "bool" or isinstance(value, bool):
+        if kind != "bool":
             raise OptionError(key, f"{key}: expected a value, not {str(value).lower()}")
-        else:
-            argv.append(f"{flags[0]}={value_text(value)}")  # "=": values may start with "-"
-    return argv + list(extra) + (["--", *positional] if positional else [])
-
-
-def _flag(action: argparse.Action, value: bool) -> list[str]:
-    if isinstance(action, argparse.BooleanOptionalAction):
-        return [action.option_strings[0] if value else action.option_strings[1]]
-    return [action.option_strings[0]] if value != action.default else []
-
-
-def parse_argv(argv: list[str]) -> argparse.Namespace:
-    """Parse with simulate.py's parser; its one-line error becomes an OptionError."""
-    from sim.cli import build_parser
-
-    err = io.StringIO()
+        if not isinstance(value, bool):
+            raise OptionError(key, f"{key}: expected true or false, got {value!r}")
+        return value
+    text = value_text(value)
+    name = kind.split(" | ")[0]
     try:
-        with contextlib.redirect_stderr(err):
-            return build_parser().parse_args(argv)
-    except SystemExit:
-        message = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else ""
-        message = message.split("error: ", 1)[-1]
-        key = next((dest for dest, a in option_actions().items()
-                    if any(f in message.split() or f"{f}:" in message.split()
-                           for f in a.option_strings)), None)
-        raise OptionError(key, message or f"bad options {argv}") from None
+        return _CONVERTERS[name](text)
+    except ValueError:
+        raise OptionError(key, f"{flag(key)}: invalid {name} value: {text!r}") from None
 
 
-def cell_args(options: dict[str, Any], out_dir: Path | str) -> argparse.Namespace:
-    """Parsed simulate.py options for a cell writing to ``out_dir``, without a progress bar."""
-    return parse_argv(to_argv(options, ["--out", str(out_dir), "--no-progress"]))
+def cell_options(values: dict[str, Any], out_dir: Path | str) -> Options:
+    """The ``Options`` of a cell writing to ``out_dir``: the defaults with the cell's values,
+    without a progress bar and with its allocators in this process (cells run in parallel)."""
+    given = {key: option_value(key, value) for key, value in values.items()}
+    return dataclasses.replace(Options(), **given, out=str(out_dir), progress=False, jobs=1)
 
 
-def check_cell(options: dict[str, Any], cache: TraceCache) -> None:
-    """Resolve a cell's configuration (and load its trace) without running it.
+def check_cell(values: dict[str, Any], cache: TraceCache) -> None:
+    """Resolve a cell's configuration and load its trace without running it.
 
     Raises:
         OptionError: the options or inputs the simulator would refuse.
     """
-    from sim.simulation import InputError, resolve
-
-    args = cell_args(options, "unused")
     try:
-        with cache.installed():
-            resolve(args)
-    except InputError as exc:
-        raise OptionError(None, str(exc)) from None
+        config = resolve(cell_options(values, "unused"))
+        load_input(config.workload, cache)
+    except OptionError:
+        raise
+    except (InputError, TraceError, OSError) as exc:
+        raise OptionError(None, str(exc).splitlines()[0]) from None
 
 
-def base_rate(options: dict[str, Any], cache: TraceCache) -> float | None:
+def base_rate(values: dict[str, Any], cache: TraceCache) -> float | None:
     """Mean request rate (req/s) the cell's trace has at rate_scale 1 (after its limit)."""
-    from sim.simulation import load_input
-
-    args = cell_args({**options, "rate_scale": 1.0}, "unused")
-    with cache.installed():
-        trace, _ = load_input(args)
+    config = resolve(cell_options({**values, "rate_scale": 1.0}, "unused"))
+    trace, _ = load_input(config.workload, cache)
     span = trace.metadata.span_s
     return (len(trace) - 1) / span if len(trace) > 1 and span > 0 else None
 
 
-def run_cell(options: dict[str, Any], out_dir: Path, trace_cache: TraceCache) -> dict[str, Any]:
+def run_cell(values: dict[str, Any], out_dir: Path, trace_cache: TraceCache) -> dict[str, Any]:
     """Run ``simulate.py OPTIONS --out out_dir``; returns the parsed summary.json.
 
     Raises:
         CellError: refused options, unreadable input, or a nonzero exit status.
     """
-    import json
-
-    from sim.simulation import InputError, run_from_args
-
     try:
-        args = cell_args(options, out_dir)
-        with trace_cache.installed():
-            status = run_from_args(args)
-    except (OptionError, InputError) as exc:
+        status = run_options(cell_options(values, out_dir), trace_cache)
+    except InputError as exc:
         raise CellError(str(exc)) from None
     if status != 0:
         raise CellError(f"simulate.py exited with status {status}")

@@ -18,17 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
+
+from sim.config import OPTION_TYPES, OptionError, Options
 from sim.sweep import capacity as cs
 from sim.sweep.backends import BackendError, CellFn, LocalBackend, RayBackend, default_workers
 from sim.sweep.cell import (
     WORKER_CACHE,
     CellRunner,
     CellTask,
-    OptionError,
     base_rate,
     check_cell,
     execute_cell,
-    option_actions,
     run_cell,
 )
 from sim.sweep.merge import merge_rows, render_table, write_parquet
@@ -49,8 +50,6 @@ class SweepResult:
 
 
 def _progress(enabled: bool, **kwargs: Any) -> Any:
-    from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
-
     return tqdm(file=sys.stderr, disable=not enabled, dynamic_ncols=True, **kwargs)
 
 
@@ -61,7 +60,7 @@ def preflight(spec: SweepSpec, tasks: list[CellTask]) -> None:
         try:
             check_cell(task.options, WORKER_CACHE)
         except OptionError as exc:
-            key = exc.key if exc.key in task.options else None
+            key = exc.option if exc.option in task.options else None
             if key is None:
                 raise SpecError(f"{spec.path}: cell {task.name}: {exc}") from None
             where = f"axes.{key}" if key in spec.axes else f"options.{key}"
@@ -123,8 +122,7 @@ def run_capacity(spec: SweepSpec, settings: CapacitySettings, out: Path, backend
     """Search every allocator's capacity; write OUT/capacity.json; return its content."""
     root = out / "capacity"
     clean_temp(root)
-    default = str(option_actions()["allocators"].default)
-    searches = cs.plan_searches(spec, settings, default)
+    searches = cs.plan_searches(spec, settings, Options().allocators)
     real = check if check is not None else runner is run_cell
     if real:
         first = [s.probe(settings.start) for s in searches]
@@ -153,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="sweep spec (TOML; see sim/README.md, Sweeps)")
     p.add_argument("--out", default=None,
                    help="sweep directory (default: the spec's 'out', else results/sweeps/SPEC)")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--jobs", "--workers", dest="jobs", type=int, default=None,
                    help="worker processes (default: min(CPU count, cells)); with --ray and no "
                         "address, the CPUs of the local Ray instance")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
@@ -188,22 +186,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec, set(option_actions()))
+    spec = load_spec(args.spec, set(OPTION_TYPES))
     overrides = {k: v for k, v in (("slo", args.slo), ("tolerance", args.tolerance))
                  if v is not None}
     try:
         settings = dataclasses.replace(spec.capacity, **overrides)
     except ValueError as exc:
         raise SpecError(f"--slo/--tolerance: {exc}") from None
-    if args.workers is not None and args.workers < 1:
-        raise SpecError(f"--workers must be >= 1, got {args.workers}")
+    if args.jobs is not None and args.jobs < 1:
+        raise SpecError(f"--jobs must be >= 1, got {args.jobs}")
     out = Path(args.out) if args.out else spec.out or DEFAULT_OUT / spec.path.stem
     if args.capacity:
-        size = len(cs.plan_searches(spec, settings, str(option_actions()["allocators"].default)))
+        size = len(cs.plan_searches(spec, settings, Options().allocators))
     else:
         size = len(spec.cells())
-    backend: Any = (RayBackend(args.ray or None, args.workers) if args.ray is not None
-                    else LocalBackend(args.workers or default_workers(size)))
+    backend: Any = (RayBackend(args.ray or None, args.jobs) if args.ray is not None
+                    else LocalBackend(args.jobs or default_workers(size)))
     with backend:
         if args.capacity:
             if "rate_scale" in spec.axes:

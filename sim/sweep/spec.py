@@ -23,7 +23,8 @@ MAX_CELLS = 100_000
 SPEC_KEYS = ("description", "out", "options", "axes", "capacity")
 RANGE_KEYS = ("values", "start", "stop", "step", "factor", "num")
 RESERVED = {"out": "each cell writes its own directory under the sweep's --out",
-            "progress": "the sweep shows one progress bar over cells"}
+            "progress": "the sweep shows one progress bar over cells",
+            "jobs": "the sweep's own --jobs sets its worker processes"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._,+-]")
 
 

@@ -29,7 +29,7 @@ PREFETCH = 256
 """Rows whose tokens (and fast block hashes) are derived together, ahead of admission."""
 
 if TYPE_CHECKING:
-    from sim.options import SchedulerConfig
+    from sim.config import RunConfig
     from traces import Trace
 
 
@@ -38,14 +38,14 @@ class Workload:
 
     Args:
         trace: the requests, in arrival order.
-        config: scheduler options (max_model_len, n, beam width, sampling mode, seed).
+        config: the run's configuration (max_model_len, n, beam width).
         hasher: the block hasher for prefix caching (with a ``FastBlockHasher`` each
             sequence's whole token list is hashed in advance), or None when caching is off.
     """
 
-    def __init__(self, trace: Trace, config: SchedulerConfig, hasher: Any) -> None:
+    def __init__(self, trace: Trace, config: RunConfig, hasher: Any) -> None:
         self.trace = trace
-        self.config = config
+        self.max_model_len = config.scheduler.max_model_len
         self.hasher = hasher
         self.fast_hasher = hasher if isinstance(hasher, FastBlockHasher) else None
         self.seed = trace.seed
@@ -53,9 +53,9 @@ class Workload:
         self.arrivals = trace.arrival_s.tolist()
         self.prompt_lens = trace.prompt_lens.tolist()
         self.output_lens = trace.output_lens.tolist()
-        self.n: list[int] = trace.n.tolist() if config.n is None else [config.n] * len(trace)
-        self.beam_width: list[int] = (trace.beam_width.tolist() if config.beam_width is None
-                                      else [config.beam_width] * len(trace))
+        self.n: list[int] = trace.n.tolist() if config.workload.n is None else [config.workload.n] * len(trace)
+        self.beam_width: list[int] = (trace.beam_width.tolist() if config.workload.beam_width is None
+                                      else [config.workload.beam_width] * len(trace))
         self.lines = trace.lines.tolist() if trace.lines is not None else None
         self.num_forks = 0
         self.derived = trace.derived_rows().tolist()
@@ -73,7 +73,7 @@ class Workload:
         group = Group(index, self.ids[index], self.arrivals[index], prompt,
                       self.output_len(index), self.output_lens[index], self.n[index],
                       self.beam_width[index], line)
-        if prompt >= self.config.max_model_len:
+        if prompt >= self.max_model_len:
             group.reject_reason = "prompt_too_long"
         return group
 
@@ -81,7 +81,7 @@ class Workload:
         """Row ``index``'s output length after truncation to ``max_model_len`` (a prompt of
         ``max_model_len`` or more keeps its length; that row is rejected)."""
         prompt, wanted = self.prompt_lens[index], self.output_lens[index]
-        limit = self.config.max_model_len
+        limit = self.max_model_len
         return wanted if prompt >= limit else min(wanted, limit - prompt)
 
     def first_seqs(self, group: Group, split: bool) -> list[Seq]:

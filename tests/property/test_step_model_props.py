@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from sim.cost.gpus import get_gpu
 from sim.cost.models import get_model
-from sim.cost.step_model import PolyStepModel, RooflineStepModel, StepModel, StepTime, TableStepModel
+from sim.cost.step_model import (
+    PolyStepModel,
+    RooflineStepModel,
+    StepModel,
+    StepTime,
+    TableStepModel,
+)
 from sim.cost.step_poly import Coefficients
 from sim.cost.step_table import load_calibration
 

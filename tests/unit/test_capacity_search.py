@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sim.sweep.backends import LocalBackend
 from sim.sweep.capacity import (
     Bracket,
     allocator_names,
@@ -17,9 +18,8 @@ from sim.sweep.capacity import (
     ratios,
     render,
 )
-from sim.sweep.run import main, run_capacity
-from sim.sweep.backends import LocalBackend
 from sim.sweep.cell import TraceCache, run_cell
+from sim.sweep.run import main, run_capacity
 from sim.sweep.spec import CapacitySettings, load_spec
 
 LOG_ENV = "PAGEDSIM_TEST_CAPACITY_LOG"

@@ -14,9 +14,8 @@ import pytest
 from sim.workload import prefetch
 from sim.workload import workload as workload_module
 from sim.workload.block_hash import FastBlockHasher, as_hash_bytes
-from sim.options import SchedulerConfig
 from sim.workload.workload import Workload
-from tests.unit.simkit import make_trace
+from tests.unit.simkit import make_trace, run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,12 +81,9 @@ def test_an_unguarded_script_runs_once(tmp_path: Path) -> None:
     script.write_text(
         "import sys\n"
         "print('top level', file=sys.stderr)\n"
-        "from sim.options import SchedulerConfig\n"
-        "from sim.run import run_allocator\n"
-        "from tests.unit.simkit import FixedStep, make_trace\n"
+        "from tests.unit.simkit import make_trace, simulate\n"
         "trace = make_trace([(0.01 * i, 40, 8) for i in range(700)])\n"
-        "r = run_allocator('paged', trace, SchedulerConfig(num_gpu_blocks=400), FixedStep(),\n"
-        "                  lambda blocks: 0.0)\n"
+        "r = simulate(trace, num_gpu_blocks=400)\n"
         "print('finished', r.summary['num_finished'], file=sys.stderr)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
@@ -104,8 +100,8 @@ def test_windows_from_the_helper_equal_the_trace_contract(monkeypatch: pytest.Mo
     rng = np.random.default_rng(11)
     rows = [(0.1 * i, int(rng.integers(5, 200)), int(rng.integers(1, 50))) for i in range(90)]
     trace = make_trace(rows)
-    config = SchedulerConfig(num_gpu_blocks=512, max_model_len=256)
-    workload = Workload(trace, config, FastBlockHasher(16))
+    workload = Workload(trace, run_config(num_gpu_blocks=512, max_model_len=256),
+                        FastBlockHasher(16))
     hasher = FastBlockHasher(16)
     try:
         for i in range(len(trace)):

@@ -9,19 +9,18 @@ import pytest
 
 from sim.cost.gpus import get_gpu
 from sim.cost.models import get_model
-from sim.options import SchedulerConfig
-from sim.run import RunResult, run_allocator
 from sim.cost.step_base import StepModel, StepTime
 from sim.cost.step_model import make_step_model
-from tests.unit.simkit import make_trace
+from sim.engine import Costs, RunResult, replay
+from tests.unit.simkit import make_trace, run_config
 from traces import default_workload, limit
 
 MODEL = make_step_model("roofline", get_model("llama-2-7b"), get_gpu("a100-80gb"))
 
 
 def _run(fast: bool, trace: Any, model: Any = MODEL, **options: Any) -> RunResult:
-    config = SchedulerConfig(fast=fast, **options)
-    return run_allocator("paged", trace, config, model, lambda blocks: 0.0)
+    return replay("paged", run_config(fast=fast, **options), trace,
+                  Costs(model, lambda blocks: 0.0))
 
 
 def _same(a: RunResult, b: RunResult) -> None:

@@ -9,7 +9,7 @@ from allocator.request import Request
 from sim.workload.block_hash import FastBlockHasher
 from sim.workload.sim_request import SimRequest
 from sim.workload.workload import Workload
-from tests.unit.simkit import make_trace
+from tests.unit.simkit import make_trace, run_config
 from traces import add_system_prompt
 
 
@@ -52,15 +52,13 @@ def test_sim_request_rejects_bad_input() -> None:
 def test_prefetched_tokens_equal_the_trace_contract() -> None:
     """Rows derived in batches get prompt_token_ids + output_token_ids, as per-row calls do;
     rows with a shared system prompt are not batched but still get the same tokens."""
-    from sim.options import SchedulerConfig
-
     rng = np.random.default_rng(4)
     rows = [(0.1 * i, int(rng.integers(5, 300)), int(rng.integers(1, 60))) for i in range(40)]
     trace = add_system_prompt(make_trace(rows), 64, fraction=0.5, seed=2)
     derived = trace.derived_rows()
     assert 0 < derived.sum() < len(trace)
-    config = SchedulerConfig(num_gpu_blocks=512, max_model_len=256)
-    workload = Workload(trace, config, FastBlockHasher(16))
+    workload = Workload(trace, run_config(num_gpu_blocks=512, max_model_len=256),
+                        FastBlockHasher(16))
     for i in range(len(trace)):
         group = workload.make_group(i)
         if group.reject_reason:

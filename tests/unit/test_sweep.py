@@ -11,9 +11,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from sim.sweep.run import main, main_from_simulate, run_sweep
 from sim.sweep.backends import LocalBackend
 from sim.sweep.cell import TraceCache, run_cell
+from sim.sweep.run import main, main_from_simulate, run_sweep
 from sim.sweep.spec import load_spec
 
 LOG_ENV = "PAGEDSIM_TEST_SWEEP_LOG"
@@ -194,5 +194,5 @@ def test_cli_bad_spec_is_one_line_and_status_2(tmp_path: Path,
     spec.write_text("[axes]\nblock_size = [8, 0]\n")
     assert main_from_simulate(["--sweep", str(spec), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and f"{spec}: axes.block_size: argument --block-size" in err
+    assert err.count("\n") == 0 and f"{spec}: axes.block_size: --block-size must be >= 1" in err
     assert not (tmp_path / "o").exists()

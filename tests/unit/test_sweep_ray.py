@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.sweep.run import run_sweep
 from sim.sweep.backends import BackendError, LocalBackend, RayBackend, import_ray
+from sim.sweep.run import run_sweep
 from sim.sweep.spec import load_spec
 from tests.unit.test_sweep import GRID, TRACE
 
