@@ -50,6 +50,28 @@ _FRACTIONS = (
 )
 
 
+QUIET = (0, 0, 0, 0, 0, 0)
+"""The event counts of a step without prefix lookups, preemptions, copies or swaps."""
+
+
+def step_row(step: int, time_s: float, duration_s: float, attention_s: float, linear_s: float,
+             overhead_s: float, swap_s: float, num_running_seqs: int, num_running_reqs: int,
+             num_waiting: int, num_swapped: int, num_scheduled_seqs: int, prefill_tokens: int,
+             decode_tokens: int, memory: tuple[int, ...],
+             events: tuple[int, ...]) -> tuple[Any, ...]:
+    """One steps.parquet row, in STEP_COLUMNS order.
+
+    Args:
+        memory: the snapshot (token_states, reserved, internal_frag, cached_evictable,
+            external_frag, free, logical_slots).
+        events: (prefix_queries, prefix_hits, num_preemptions, num_cow_copies,
+            swap_out_blocks, swap_in_blocks); ``QUIET`` when nothing happened.
+    """
+    return (step, time_s, duration_s, attention_s, linear_s, overhead_s, swap_s,
+            num_running_seqs, num_running_reqs, num_waiting, num_swapped, num_scheduled_seqs,
+            prefill_tokens, decode_tokens, *memory, *events)
+
+
 class RunLog:
     """Everything one allocator's run records."""
 

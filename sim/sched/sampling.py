@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import TYPE_CHECKING
 
+from sim.sched.plan import StepPlan
+from sim.sched.state import SchedState
 from sim.workload.sequence import FINISHED, RUNNING, Group, Seq
-
-if TYPE_CHECKING:
-    from sim.sched.admission import Admission
-    from sim.sched.plan import StepPlan
 
 
 def choose_parents(rng: random.Random, k: int, keep_prob: float) -> list[int]:
@@ -33,38 +30,38 @@ def choose_parents(rng: random.Random, k: int, keep_prob: float) -> list[int]:
 class Sampling:
     """Forks and beam steps on behalf of a scheduler."""
 
-    def __init__(self, scheduler: Admission) -> None:
-        self.scheduler = scheduler
+    def __init__(self, state: SchedState) -> None:
+        self.state = state
 
     def fork_after_prefill(self, parent: Seq, plan: StepPlan) -> None:
         """Fork the n - 1 samples (or k - 1 beams) of a group whose prefill just completed."""
-        sched = self.scheduler
+        state = self.state
         group = parent.group
         group.forked = True
         parent.flush()
         beams = group.beam_width > 1
         count = group.beam_width if beams else group.n
         if beams and group.rng is None:
-            group.rng = random.Random(f"{sched.run.workload.seed}:{group.request_id}")
+            group.rng = random.Random(f"{state.seed}:{group.request_id}")
         for sample in range(1, count):
-            child = (sched.workload.beam_child(parent) if beams
-                     else sched.workload.child_seq(parent, sample))
+            child = (state.workload.beam_child(parent) if beams
+                     else state.workload.child_seq(parent, sample))
             self._fork(parent, child, plan)
             child.num_out += 1
-            if sched.eager_append:
+            if state.eager_append:
                 child.flush()
             if child.num_out >= group.output_len:
-                sched.finish_seq(child, plan)  # type: ignore[attr-defined]
+                state.finish_seq(child, plan)
 
     def _fork(self, parent: Seq, child: Seq, plan: StepPlan) -> None:
-        sched = self.scheduler
-        sched.manager.fork(parent.req, child.req)
-        sched.epoch += 1
+        state = self.state
+        state.manager.fork(parent.req, child.req)
+        state.epoch += 1
         group = parent.group
         child.sample = len(group.seqs)
         group.seqs.append(child)
         group.num_live += 1
-        sched.join_running(child)
+        state.join_running(child)
         plan.note("forks", {"parent": parent.request_id, "child": child.request_id})
 
     def beam_step(self, group: Group, plan: StepPlan) -> None:
@@ -73,20 +70,19 @@ class Sampling:
         if len(beams) < 2 or len({s.num_out for s in beams}) != 1 or beams[0].num_out < 2:
             return
         assert isinstance(group.rng, random.Random)
-        parents = choose_parents(group.rng, len(beams), self.scheduler.run.workload.beam_keep_prob)
+        parents = choose_parents(group.rng, len(beams), self.state.beam_keep_prob)
         counts = Counter(parents)
         for j, beam in enumerate(beams):
             if counts[j] == 0:
                 self._drop(beam, plan)
         for j, beam in enumerate(beams):
             for _ in range(counts[j] - 1):
-                self._fork(beam, self.scheduler.workload.beam_child(beam), plan)
+                self._fork(beam, self.state.workload.beam_child(beam), plan)
 
     def _drop(self, beam: Seq, plan: StepPlan) -> None:
-        sched = self.scheduler
-        plan.note("frees", sched.free_record(beam, "beam_dropped"))
-        sched.running.pop(beam.key, None)
-        sched.leave_running(beam)
-        sched.free_seq(beam)
+        state = self.state
+        plan.note("frees", state.free_record(beam, "beam_dropped"))
+        state.leave_running(beam)
+        state.free_seq(beam)
         beam.status = FINISHED
         beam.group.num_live -= 1

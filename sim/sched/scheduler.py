@@ -4,111 +4,184 @@ Each step: (1) running sequences in running order, while the token budget lasts,
 ``allocate_slots`` for its new tokens; when that returns None the *last* running sequence is
 preempted (and the request retried) until it succeeds or the request preempts itself;
 (2) only if nothing was preempted: swapped-out groups come back (swap mode), then waiting
-requests are admitted in FCFS order through ``get_computed_blocks`` + ``allocate_slots`` while
-budget and ``max_num_seqs`` allow; the first failure stops admission. After the step each
-sequence's computed count grows by its new tokens; one that caught up samples a token, and
-finishes when it has its output length. This is the *reference loop*: every running sequence
-is visited every step. ``sim/cohort.py`` derives the same results without the per-step visits.
+requests are admitted in FCFS order. After the step each sequence's computed count grows by
+its new tokens; one that caught up samples a token, and finishes when it has its output
+length. ``Scheduler`` composes its parts over one shared state (``state.py``): admission,
+preemption and sampling. The *reference loop* visits every running sequence every step; with
+the fast path the scheduler owns a steady set (``steady.py``) that derives the same results
+without visiting steady decodes, and a coaster (``coast.py``) for runs of quiet steps.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
-from sim.cost.step_base import StepTime
-from sim.results.metrics import RunLog
+from allocator.interface import KVManager
+from allocator.paged import PagedKVCacheManager
+from sim.config import RunConfig
+from sim.cost.step_base import StepModel, StepTime
+from sim.results.metrics import RunLog, step_row
+from sim.sched.admission import Admission
+from sim.sched.coast import Coaster
 from sim.sched.plan import StepPlan
 from sim.sched.preemption import Preemption
-from sim.workload.sequence import FINISHED, RUNNING, Group, Seq
+from sim.sched.sampling import Sampling
+from sim.sched.state import SchedState, num_new_tokens
+from sim.sched.steady import SteadySet
+from sim.sched.tally import snapshot_row
+from sim.workload.sequence import REJECTED, RUNNING, Group, Seq
+from sim.workload.workload import Workload
 
-if TYPE_CHECKING:
-    from allocator.interface import KVManager
-    from sim.config import RunConfig
-    from sim.workload.workload import Workload
+
+class SimulationError(RuntimeError):
+    """A run broke an invariant (a leak, a failed check): a bug, not bad input."""
 
 
-class Scheduler(Preemption):
-    """Continuous batching with preemption; the reference loop (see the module docstring).
+def uses_fast_path(manager: KVManager, config: RunConfig, workload: Workload) -> bool:
+    """Whether the fast path's shortcuts are proven for this run: the paged manager, full
+    attention, recompute preemption, no forks (cow samples, beams), no allocation log."""
+    sched = config.scheduler
+    if not sched.fast or config.output.record_log or config.model.sliding_window is not None:
+        return False
+    if not isinstance(manager, PagedKVCacheManager) or sched.preemption != "recompute":
+        return False
+    fanout = sched.sampling_mode == "fanout"
+    return all(width == 1 and (n == 1 or fanout)
+               for n, width in zip(workload.n, workload.beam_width))
 
-    Invariants: ``running`` maps key -> sequence in running order (keys only grow), every
-    running sequence holds blocks in the manager, and a group's ``num_live`` counts its
-    unfinished sequences.
+
+class Scheduler:
+    """Continuous batching with preemption (see the module docstring).
+
+    Args:
+        manager: the KV-cache manager of this run.
+        config: the run's configuration.
+        workload: builds the requests' sequences.
+        log: receives the step rows and the requests that leave.
+        fast: use the fast path (check ``uses_fast_path`` first).
+        independent: every sample and beam is its own sequence (contiguous managers).
+        request_batching: FasterTransformer-style batches (see ``Admission``).
+        can_ever_fit: an up-front check rejecting requests the empty pool cannot hold.
     """
 
-    def __init__(self, manager: KVManager, config: RunConfig, workload: Workload,
-                 *, fanout: bool = False, request_batching: bool = False,
-                 independent: bool = False) -> None:
-        super().__init__(manager, config, workload, fanout=fanout,
-                         request_batching=request_batching, independent=independent)
+    def __init__(self, manager: KVManager, config: RunConfig, workload: Workload, log: RunLog,
+                 *, fast: bool = False, independent: bool = False,
+                 request_batching: bool = False,
+                 can_ever_fit: Callable[[Group], bool] | None = None) -> None:
+        self.state = state = SchedState(manager, config, workload)
+        self.manager = manager
+        self.log = log
+        self.max_model_len = config.scheduler.max_model_len
+        fanout = config.scheduler.sampling_mode == "fanout"
+        self.admission = Admission(
+            state, split=lambda group: independent or (fanout and group.beam_width == 1),
+            request_batching=request_batching, can_ever_fit=can_ever_fit)
+        self.preemption = Preemption(state)
+        self.sampling = Sampling(state)
+        self.steady: SteadySet | None = None
+        self.coaster: Coaster | None = None
+        if fast:
+            self.steady = SteadySet(state, config.cache.block_size)
+            self.coaster = Coaster(self.steady, log, self.complete)
+            state.tracker = self.steady
+            state.eager_append = False
+        state.on_finish = state.on_reject = log.add_group
+
+    @property
+    def step_index(self) -> int:
+        """Steps applied so far."""
+        return self.state.step_index
+
+    def has_work(self) -> bool:
+        """Whether anything is waiting, running or swapped out."""
+        state = self.state
+        return bool(state.waiting or state.swapped or state.running)
+
+    def marker(self) -> tuple[int, ...]:
+        """Changes whenever scheduling might give another answer (the engine retries a step
+        that scheduled nothing until this stops changing)."""
+        state = self.state
+        return (state.epoch, len(state.waiting), len(state.swapped), len(state.running),
+                len(self.log.groups))
 
     def schedule(self, now: float) -> StepPlan | None:
         """Plan the next step at time ``now``; None when nothing can run."""
-        plan = StepPlan(self.config.max_num_batched_tokens)
-        if self.record_log:
+        state = self.state
+        plan = StepPlan(state.config.max_num_batched_tokens)
+        if state.record_log:
             plan.events = {}
-        self.now = now
-        self._schedule_running(plan)
+        state.now = now
+        if self.steady is None:
+            self._run_seqs(plan, list(state.running.values()))
+        else:
+            self.steady.after_run(plan, self._run_seqs(plan, self.steady.order(plan.budget)))
         if not plan.preempted:
-            self._resume_swapped(plan)
-            if not self.swapped:
-                self._admit(plan)
+            self.preemption.resume_swapped(plan)
+            if not state.swapped:
+                self.admission.admit(plan)
         self._take_copies(plan)
         return None if plan.empty else plan
 
-    def _schedule_running(self, plan: StepPlan) -> None:
-        self._run_seqs(plan, list(self.running.values()))
-
     def _run_seqs(self, plan: StepPlan, seqs: list[Seq]) -> int | None:
-        """Schedule ``seqs`` (running order) while budget lasts; the key that stopped it, if any."""
-        max_len = self.config.max_model_len
+        """Schedule ``seqs`` (running order) while budget lasts; the key that stopped it, if
+        any. A steady sequence makes its call in place and stays steady."""
+        steady = self.steady
         for seq in seqs:
-            if plan.budget <= 0:
-                break
-            if seq.status != RUNNING:
+            if seq.steady and steady is not None and steady.call(seq):
                 continue
-            c = seq.req.num_computed_tokens
-            n = min(seq.num_tokens - c, plan.budget, max_len - 1 - c)
-            if n <= 0:
-                continue
-            if not self._allocate_running(seq, c, n, plan):
+            if plan.budget > 0 and seq.status == RUNNING and not self._run_one(seq, plan):
                 return seq.key
-            plan.add(seq, n, c)
         return None
+
+    def _run_one(self, seq: Seq, plan: StepPlan) -> bool:
+        """The reference loop's body for one sequence; False if it preempted itself. The fast
+        path skips a one-token call that provably changes nothing (before ``call_at``)."""
+        c = seq.req.num_computed_tokens
+        n = num_new_tokens(seq.num_tokens, c, plan.budget, self.max_model_len)
+        if n <= 0:
+            return True
+        if (n != 1 or self.steady is None or c >= seq.call_at) \
+                and not self._allocate_running(seq, c, n, plan):
+            return False
+        plan.add(seq, n, c)
+        return True
 
     def _allocate_running(self, seq: Seq, c: int, n: int, plan: StepPlan) -> bool:
         """allocate_slots for a running sequence, preempting the last one until it fits.
 
         Returns False when ``seq`` itself was preempted (the running loop then stops).
         """
-        if self.can_skip(seq, n):
-            return True
+        state = self.state
         seq.flush()
-        while True:
-            if self.manager.allocate_slots(seq.req, n) is not None:
-                break
-            victim = self.running[next(reversed(self.running))]
-            self.preempt(victim, plan)
+        while self.manager.allocate_slots(seq.req, n) is None:
+            victim = state.running[next(reversed(state.running))]
+            self.preemption.preempt(victim, plan)
             if seq.status != RUNNING:
-                if not self.running and all(g is seq.group for g in self.swapped):
-                    self.abandon(seq.group)
+                if not state.running and all(g is seq.group for g in state.swapped):
+                    state.abandon(seq.group)
                 return False
             seq.flush()
-        self.epoch += 1
-        self.after_allocate(seq, n)
+        state.allocated(seq, n)
         return True
 
-    def can_skip(self, seq: Seq, n: int) -> bool:
-        """Whether allocate_slots would provably change nothing (fast path only)."""
-        return False
-
-    def snapshot(self) -> tuple[int, ...]:
-        """The memory snapshot after the step, as a tuple in STEP_COLUMNS order."""
-        snap = self.manager.memory_snapshot()
-        return (snap.token_states, snap.reserved, snap.internal_frag, snap.cached_evictable,
-                snap.external_frag, snap.free, snap.logical_slots)
+    def complete(self, plan: StepPlan, st: StepTime, start: float, duration: float,
+                 swap_s: float) -> None:
+        """The end of a step that ran from ``start`` for ``duration``: apply it, record it."""
+        self.apply(plan, start + duration, start)
+        state = self.state
+        num_decode, _, prefills, total = plan.split()
+        self.log.steps.append(step_row(
+            state.step_index - 1, start, duration, st.attention_s, st.linear_s, st.overhead_s,
+            swap_s, len(state.running), state.num_running_groups, state.num_waiting(),
+            len(state.swapped), num_decode + len(prefills), total - num_decode, num_decode,
+            self.snapshot(), (plan.prefix_queries, plan.prefix_hits, plan.num_preemptions,
+                              plan.num_copies, plan.swap_out_blocks, plan.swap_in_blocks)))
 
     def apply(self, plan: StepPlan, now: float, start: float) -> None:
         """Advance every scheduled sequence by its tokens; sample, finish and fork."""
-        self.now = now
+        state = self.state
+        state.now = now
+        if self.steady is not None:
+            self.steady.before_apply(plan)
         touched: list[Group] = []
         for seq, n in zip(plan.seqs, plan.tokens):
             if seq.status != RUNNING:
@@ -119,64 +192,72 @@ class Scheduler(Preemption):
             if group.first_scheduled is None:
                 group.first_scheduled = start
             if req.num_computed_tokens >= seq.num_tokens:
-                self.sample(seq, plan)
+                self._sample(seq, plan)
                 if group.forked and group.beam_width > 1 and group.status == RUNNING:
                     touched.append(group)
         for group in dict.fromkeys(touched):
             self.sampling.beam_step(group, plan)
-        self.step_index += 1
+        state.step_index += 1
+        if self.steady is not None:
+            self.steady.after_apply(plan)
 
-    def sample(self, seq: Seq, plan: StepPlan) -> None:
+    def _sample(self, seq: Seq, plan: StepPlan) -> None:
         """The sequence caught up: it samples one token (forking first if it must)."""
+        state = self.state
         group = seq.group
         if seq.pending_fork:
             seq.pending_fork = False
             self.sampling.fork_after_prefill(seq, plan)
         seq.num_out += 1
-        if self.eager_append:
+        if state.eager_append:
             seq.flush()
         if group.first_token is None:
-            group.first_token = self.now
+            group.first_token = state.now
         if seq.num_out >= group.output_len:
-            self.finish_seq(seq, plan)
-
-    def finish_seq(self, seq: Seq, plan: StepPlan | None) -> None:
-        """Free a sequence that produced its last token; close its group when it was the last."""
-        if plan is not None and plan.events is not None:
-            plan.note("frees", self.free_record(seq, "finished"))
-        self.running.pop(seq.key, None)
-        self.leave_running(seq)
-        self.free_seq(seq)
-        seq.status = FINISHED
-        group = seq.group
-        group.num_live -= 1
-        if group.num_live == 0 and group.status == RUNNING:
-            group.status = FINISHED
-            group.finish = self.now
-            self.on_finish(group)
+            state.finish_seq(seq, plan)
 
     def _take_copies(self, plan: StepPlan) -> None:
         copies = self.manager.take_copy_plan()
         if copies:
             plan.num_copies += len(copies)
-            self.num_cow_copies += len(copies)
+            self.state.num_cow_copies += len(copies)
             if plan.events is not None:
                 plan.events.setdefault("copies", []).extend(copies)
 
-    def free_record(self, seq: Seq, reason: str) -> dict[str, Any]:
-        """What the allocation log says about a sequence about to be freed."""
-        return {"request_id": seq.request_id, "sample": seq.sample, "reason": reason,
-                "block_ids": list(self.manager.get_block_ids(seq.request_id)[0])}
+    def snapshot(self) -> tuple[int, ...]:
+        """The memory snapshot after the step, as a tuple in STEP_COLUMNS order."""
+        if self.steady is not None:
+            return self.steady.snapshot()
+        return snapshot_row(self.manager.memory_snapshot())
 
+    def coast(self, now: float, horizon: float, model: StepModel) -> float | None:
+        """Run the quiet steps from ``now`` at once (fast path only; see ``coast.py``)."""
+        return self.coaster.coast(now, horizon, model) if self.coaster is not None else None
 
-def record_step(log: RunLog, sched: Any, plan: StepPlan, st: StepTime, start: float,
-                duration: float, swap_s: float, snap: tuple[int, ...]) -> None:
-    """Append one row in ``metrics.STEP_COLUMNS`` order."""
-    num_decode, _, prefills, total = plan.split()
-    log.steps.append((
-        sched.step_index - 1, start, duration, st.attention_s, st.linear_s, st.overhead_s,
-        swap_s, len(sched.running), sched.num_running_groups, sched.num_waiting(),
-        len(sched.swapped), num_decode + len(prefills), total - num_decode, num_decode,
-        *snap, plan.prefix_queries, plan.prefix_hits, plan.num_preemptions, plan.num_copies,
-        plan.swap_out_blocks, plan.swap_in_blocks,
-    ))
+    def give_up(self) -> None:
+        """End of trace with requests that can no longer be scheduled: reject them."""
+        state = self.state
+        groups = [g for g in state.swapped] + [s.group for s in state.running.values()]
+        for seq in list(state.running.values()):
+            state.leave_running(seq)
+        for entry in state.waiting:
+            groups.append(entry if isinstance(entry, Group) else entry[0].group)
+        state.waiting.clear()
+        state.swapped.clear()
+        for group in dict.fromkeys(groups):
+            if group.status in (REJECTED, "finished"):
+                continue
+            for seq in group.seqs:
+                self.manager.free(seq.req)
+            group.reject_reason = "unschedulable"
+            state.reject(group)
+
+    def check(self) -> None:
+        """--debug: invariants after every step; the fast snapshot must equal the real one."""
+        if self.steady is not None:
+            self.steady.materialize()
+            real = snapshot_row(self.manager.memory_snapshot())
+            if real != self.steady.snapshot():
+                raise SimulationError(f"step {self.step_index - 1}: fast snapshot "
+                                      f"{self.steady.snapshot()} != memory_snapshot() {real}")
+        self.manager.check_invariants()

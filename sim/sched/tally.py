@@ -14,13 +14,22 @@ so with A_h = sum h, A_r = sum min(F, h) and A_c = sum c the snapshot is
 Held, free and cached-free block counts come from the pool (O(1): ``num_free_blocks`` and
 ``num_cached_free_blocks``, the counter ``PagedKVCacheManager.memory_snapshot`` reads too).
 ``--debug`` checks every step against ``memory_snapshot()``.
+
+Every step row's snapshot is a tuple in ``STEP_COLUMNS`` order; ``snapshot_row`` turns a
+manager's ``MemorySnapshot`` into it, the form the reference loop records.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from sim.workload.sequence import Seq
+from allocator.interface import MemorySnapshot
+from sim.workload.sequence import Seq
+
+
+def snapshot_row(snap: MemorySnapshot) -> tuple[int, int, int, int, int, int, int]:
+    """(token_states, reserved, internal_frag, cached, external, free, logical) slots."""
+    return (snap.token_states, snap.reserved, snap.internal_frag, snap.cached_evictable,
+            snap.external_frag, snap.free, snap.logical_slots)
 
 
 class PagedTally:
@@ -37,7 +46,7 @@ class PagedTally:
 
     def set_held(self, seq: Seq, held: int) -> None:
         """The sequence now holds ``held`` slots (0 when freed)."""
-        final = seq.num_prompt + seq.group.output_len - 1
+        final = seq.last_c + 1
         old = seq.held
         self.held_slots += held - old
         self.ceiling += min(final, held) - min(final, old)

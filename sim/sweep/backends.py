@@ -77,7 +77,7 @@ class RayBackend:
     existing connection (``ray.is_initialized()``) is used as is. Every node must have
     pagedsim installed, and the sweep directory must be on a filesystem all nodes share:
     markers of cells whose directory the driver cannot see are written again by the driver
-    (sim/sweep_store.py ``save_record``), but their other result files stay on the node.
+    (sim/sweep/store.py ``save_record``), but their other result files stay on the node.
     A task that fails inside Ray itself (a worker crash, after Ray's retries) is recorded
     as a failed cell.
     """

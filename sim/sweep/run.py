@@ -3,8 +3,8 @@
 Each cell of the spec's grid is an ordinary ``simulate.py`` run in its own directory under
 ``OUT/cells/``; finished cells are skipped on a re-run, failed ones are recorded and run
 again. The merged results go to ``OUT/sweep.parquet`` (one row per cell and allocator, see
-sim/sweep_merge.py) and a short table on stdout. ``--capacity`` instead searches, per
-allocator, the highest rate_scale meeting a latency SLO (sim/capacity_search.py). Exit
+sim/sweep/merge.py) and a short table on stdout. ``--capacity`` instead searches, per
+allocator, the highest rate_scale meeting a latency SLO (sim/sweep/capacity.py). Exit
 status: 0 all cells ran, 1 some failed or the run was cut short, 2 bad spec or options.
 """
 from __future__ import annotations

@@ -42,7 +42,7 @@ class Cell:
 
 @dataclass(frozen=True, slots=True)
 class CapacitySettings:
-    """How ``--capacity`` searches rate_scale (see sim/capacity_search.py).
+    """How ``--capacity`` searches rate_scale (see sim/sweep/capacity.py).
 
     Attributes:
         slo: the largest acceptable value of ``metric`` (s/token for normalised latency).

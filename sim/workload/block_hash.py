@@ -15,13 +15,13 @@ list in advance and hands the hashes to its ``SimRequest``).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from allocator.request import Request
+from allocator.hashing import get_hash_fn_by_name, get_request_block_hasher
+from allocator.request import Request
 
 _U64 = np.uint64
 _MASK = (1 << 64) - 1
@@ -175,3 +175,11 @@ class FastBlockHasher:
         array = getattr(request, "token_array", None)  # a SimRequest: no list to build
         tokens = (array if array is not None else request.all_token_ids)[start * bs: end * bs]
         return self.hash_tokens(tokens, done[-1] if done else None)
+
+
+def make_hasher(block_size: int, algo: str) -> Any:
+    """``fast`` (this module's ``FastBlockHasher``, the default) or a vLLM hash by name
+    (sha256, sha256_cbor, xxhash, blake2b)."""
+    if algo == "fast":
+        return FastBlockHasher(block_size)
+    return get_request_block_hasher(block_size, get_hash_fn_by_name(algo))

@@ -7,7 +7,7 @@ its place in the running order, its output count and its precomputed output toke
 
 A *steady* sequence decodes one token every step without needing the manager; its computed
 count is not stored but derived from the global step index (``c = base + step``), so a step
-costs nothing per steady sequence (see ``sim/cohort.py``).
+costs nothing per steady sequence (see ``sim/sched/steady.py``).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Capacity search: bracketing and bisection on rate_scale (sim/capacity_search.py)."""
+"""Capacity search: bracketing and bisection on rate_scale (sim/sweep/capacity.py)."""
 from __future__ import annotations
 
 import json

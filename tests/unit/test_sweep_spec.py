@@ -1,4 +1,4 @@
-"""Sweep spec parsing, axis ranges and cell naming (sim/sweep_spec.py)."""
+"""Sweep spec parsing, axis ranges and cell naming (sim/sweep/spec.py)."""
 from __future__ import annotations
 
 from pathlib import Path

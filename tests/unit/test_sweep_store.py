@@ -1,4 +1,4 @@
-"""Cell directories: atomic commit, finished markers, leftovers (sim/sweep_store.py)."""
+"""Cell directories: atomic commit, finished markers, leftovers (sim/sweep/store.py)."""
 from __future__ import annotations
 
 from pathlib import Path
