@@ -199,7 +199,6 @@ def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
     try:
         env.run()
     finally:
-        workload.close()
         if collecting:
             gc.enable()
     return _finish(name, sched, caching, cache.block_size, time.perf_counter() - wall)

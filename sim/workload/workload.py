@@ -14,23 +14,20 @@ over its token array.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from allocator.request import Request
-from sim.workload import prefetch
-from sim.workload.block_hash import FastBlockHasher, as_hash_bytes
+from sim.config import RunConfig
+from sim.workload.block_hash import FastBlockHasher
 from sim.workload.sequence import Group, Seq
 from sim.workload.sim_request import SimRequest
-from traces import derive_token_ids
+from traces import Trace, derive_token_ids
+from traces.tokens import derive_token_runs
 
 PREFETCH = 256
 """Rows whose tokens (and fast block hashes) are derived together, ahead of admission."""
-
-if TYPE_CHECKING:
-    from sim.config import RunConfig
-    from traces import Trace
 
 
 class Workload:
@@ -60,8 +57,6 @@ class Workload:
         self.num_forks = 0
         self.derived = trace.derived_rows().tolist()
         self.ready: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
-        self.pending: dict[int, int] = {}
-        """Window -> the helper's job id for it."""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -130,55 +125,22 @@ class Workload:
         return Seq(req, group, parent.sample, label, out_ids, parent.num_out)
 
     def _prefetch(self, index: int) -> None:
-        """Make row ``index``'s window of PREFETCH rows ready, and queue the next ones.
-
-        Windows are fixed (``index // PREFETCH``) and handed to the helper process
-        (``sim/prefetch.py``) ``LOOKAHEAD`` ahead of admission; one it has not delivered is
-        prepared here. The work is pure (tokens and hashes of given rows), so results never
-        depend on timing.
-        """
-        window = index // PREFETCH
-        last = (len(self.ids) - 1) // PREFETCH
-        helper = prefetch.helper() if last > 0 else None
-        stale = [self.pending.pop(w) for w in list(self.pending) if w < window]
-        if stale and helper is not None:
-            helper.drop(stale)
-        job = self.pending.pop(window, None)
-        prepared = helper.take(job) if helper is not None and job is not None else None
-        rows = self._window_rows(window)
-        if prepared is None:
-            prepared = prefetch.prepare_rows(*self._rows_args(rows))
-        hashes = as_hash_bytes(prepared.hashes) if prepared.hashes is not None else None
-        tokens, offsets, block_offsets = prepared.tokens, prepared.offsets, prepared.block_offsets
-        for k, i in enumerate(rows):
-            run_hashes = (hashes[block_offsets[k]:block_offsets[k + 1]]
-                          if hashes is not None and block_offsets is not None else None)
-            self.ready[i] = (tokens[offsets[k]:offsets[k + 1]], run_hashes)
-        if helper is None:
+        """Make row ``index``'s window of PREFETCH rows ready: the derived rows' tokens (and
+        fast block hashes) in one vectorised pass. Windows are fixed (``index // PREFETCH``),
+        so what a row gets never depends on when it was asked for."""
+        first = index // PREFETCH * PREFETCH
+        rows = [i for i in range(first, min(first + PREFETCH, len(self.ids))) if self.derived[i]]
+        tokens, offsets = derive_token_runs(
+            self.seed, [str(self.ids[i]) for i in rows],
+            [self.prompt_lens[i] + self.output_len(i) for i in rows], self.trace.vocab_size)
+        if self.fast_hasher is None:
+            for k, i in enumerate(rows):
+                self.ready[i] = (tokens[offsets[k]:offsets[k + 1]], None)
             return
-        for ahead in range(window + 1, min(window + prefetch.LOOKAHEAD, last) + 1):
-            if ahead not in self.pending:
-                job = helper.submit(self._rows_args(self._window_rows(ahead)))
-                if job is None:
-                    return
-                self.pending[ahead] = job
-
-    def _window_rows(self, window: int) -> list[int]:
-        first = window * PREFETCH
-        return [i for i in range(first, min(first + PREFETCH, len(self.ids))) if self.derived[i]]
-
-    def _rows_args(self, rows: list[int]) -> tuple[int, list[str], list[int], int, int | None]:
-        """``prefetch.prepare_rows``'s arguments for the given (derived) rows."""
-        return (self.seed, [str(self.ids[i]) for i in rows],
-                [self.prompt_lens[i] + self.output_len(i) for i in rows], self.trace.vocab_size,
-                self.fast_hasher.block_size if self.fast_hasher is not None else None)
-
-    def close(self) -> None:
-        """Drop the windows still queued in the helper (results are unaffected)."""
-        helper = prefetch.helper() if self.pending else None
-        if helper is not None:
-            helper.drop(list(self.pending.values()))
-        self.pending.clear()
+        hashes, block_offsets = self.fast_hasher.hash_runs(tokens, offsets)
+        for k, i in enumerate(rows):
+            self.ready[i] = (tokens[offsets[k]:offsets[k + 1]],
+                             hashes[block_offsets[k]:block_offsets[k + 1]])
 
     def _new_seq(self, group: Group, sample: int, tokens: np.ndarray, num_prompt: int,
                  hashes: list[bytes] | None = None) -> Seq:
