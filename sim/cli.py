@@ -21,7 +21,7 @@ import traces
 from allocator.hashing import get_hash_fn_by_name
 from allocator.interface import ManagerConfig
 from allocator.registry import make_manager
-from sim.compare import compare, describe
+from sim.compare import compare
 from sim.config import (
     PLACEMENTS,
     PREEMPTION_MODES,
@@ -41,7 +41,7 @@ from sim.cost.gpus import make_gpu
 from sim.cost.models import get_model
 from sim.engine import build_costs
 from sim.workload.source import TraceLoader, load_input
-from traces import TraceError
+from traces import Trace, TraceError
 
 DEFAULT_MAX_MODEL_LEN = 4096
 D = Options()
@@ -210,6 +210,35 @@ def check_allocators(text: str) -> tuple[str, ...]:
     for name in names:
         make_manager(name, ManagerConfig(num_gpu_blocks=4, block_size=16, max_model_len=32))
     return tuple(names)
+
+
+def describe(config: RunConfig, trace: Trace) -> str:
+    """The resolved configuration, printed at the start of every run."""
+    sched, cache, workload = config.scheduler, config.cache, config.workload
+    lines = [
+        "pagedsim: resolved configuration",
+        (f"  trace: {workload.trace or 'built-in default workload'} ({len(trace)} "
+         f"requests, {trace.metadata.span_s:.1f} s, rate x{workload.rate_scale:g})"),
+        (f"  model: {config.model.name} ({config.model.dtype}, kv cache "
+         f"{cache.kv_cache_dtype}), gpu: {config.gpu.tp} x {config.gpu.spec.name}, "
+         f"step model: {config.cost.step_model}"),
+        f"  {config.capacity.describe()}" if config.capacity is not None else
+        f"  KV cache: {cache.num_gpu_blocks} GPU blocks x {cache.block_size} tokens",
+        (f"  scheduler: max_model_len {sched.max_model_len}, max_num_seqs {sched.max_num_seqs}, "
+         f"max_num_batched_tokens {sched.max_num_batched_tokens}, chunked prefill "
+         f"{'on' if sched.chunked_prefill else 'off'}, prefix caching "
+         f"{'on' if cache.prefix_caching else 'off'} ({cache.block_hash} hash), preemption "
+         f"{sched.preemption}"),
+        (f"  sampling: n {workload.n or 'from trace'}, beam width "
+         f"{workload.beam_width or 'from trace'}, mode {sched.sampling_mode} (beam search "
+         f"always forks), seed {workload.seed}"),
+        (f"  allocators: {', '.join(config.allocators)} (contiguous placement "
+         f"{cache.placement})"),
+        f"  output: {config.output.out_dir}",
+    ]
+    if config.model.sliding_window:
+        lines.append(f"  sliding window: {config.model.sliding_window} tokens")
+    return "\n".join(lines)
 
 
 def run_options(options: Options, loader: TraceLoader = traces) -> int:

@@ -13,18 +13,17 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from allocator.paged import PagedKVCacheManager
+from sim.config import RunConfig
+from sim.cost.step_base import StepTime
 from sim.results.outputs import SCHEMA_VERSION, replace_into
 
-if TYPE_CHECKING:
-    from sim.config import RunConfig
-    from sim.cost.step_base import StepTime
-    from sim.sched.plan import StepPlan
-    from sim.sched.scheduler import Scheduler
+LOG_FILE = "allocation_log.jsonl.gz"
 
 TOKEN_IDS = ("from the trace where it has them (explicit ids; Mooncake hash ids expanded "
              "block by block), else traces.derive_token_ids(seed, key, start, count) with key "
@@ -32,24 +31,38 @@ TOKEN_IDS = ("from the trace where it has them (explicit ids; Mooncake hash ids 
              "forked beam")
 
 
-class AllocationLog:
-    """One gzip JSON-lines file for all allocators of a run, moved into place on close."""
+class Stepping(Protocol):
+    """What the log reads from a scheduler: its manager and the steps applied so far."""
 
-    def __init__(self, config: RunConfig, seed: int) -> None:
-        self.config = config
-        self.seed = seed
-        self.path = config.output.out_dir / "allocation_log.jsonl.gz"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(prefix=".allocation_log.", dir=self.path.parent)
+    @property
+    def manager(self) -> Any: ...
+
+    @property
+    def step_index(self) -> int: ...
+
+
+class Planned(Protocol):
+    """What the log reads from a step's plan (``sim/sched/plan.py``)."""
+
+    seqs: list[Any]
+    tokens: list[int]
+    contexts: list[int]
+    events: dict[str, list[Any]] | None
+    num_preemptions: int
+
+
+class LogSection:
+    """One allocator's section of the allocation log: a gzip member written to a temporary
+    file in the output directory by the process that replays that allocator (``assemble``
+    joins the sections, in allocator order, into the log)."""
+
+    def __init__(self, config: RunConfig, seed: int, allocator: str) -> None:
+        out = config.output.out_dir
+        out.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(prefix=".allocation_log.", dir=out)
         self.raw = os.fdopen(fd, "wb")
         self.fh = gzip.GzipFile(filename="", mode="wb", fileobj=self.raw, mtime=0)
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
-
-    def begin(self, allocator: str) -> StepWriter:
-        """Write the header of one allocator's section; returns its step writer."""
-        cache, m = self.config.cache, self.config.model
+        cache, m = config.cache, config.model
         self.write({
             "kind": "header", "schema_version": SCHEMA_VERSION, "allocator": allocator,
             "block_size": cache.block_size, "num_gpu_blocks": cache.num_gpu_blocks,
@@ -58,24 +71,41 @@ class AllocationLog:
                       "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
                       "dtype": m.dtype, "kv_cache_dtype": cache.kv_cache_dtype,
                       "sliding_window": m.sliding_window},
-            "seed": self.seed, "token_ids": TOKEN_IDS,
+            "seed": seed, "token_ids": TOKEN_IDS,
         })
-        return StepWriter(self, cache.block_size)
+        self.writer = StepWriter(self, cache.block_size)
 
-    def close(self) -> None:
+    def write(self, record: dict[str, Any]) -> None:
+        self.fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+    def close(self) -> str:
+        """Finish the section; returns its temporary file."""
         self.fh.close()
         self.raw.close()
-        replace_into(self.tmp, self.path)
+        return self.tmp
+
+
+def assemble(out_dir: Path, sections: list[str]) -> None:
+    """Join finished sections (temporary files, in allocator order) into the log, atomically;
+    the sections are removed."""
+    fd, tmp = tempfile.mkstemp(prefix=".allocation_log.", dir=out_dir)
+    with os.fdopen(fd, "wb") as out:
+        for section in sections:
+            with open(section, "rb") as fh:
+                shutil.copyfileobj(fh, out)
+    replace_into(tmp, out_dir / LOG_FILE)
+    for section in sections:
+        Path(section).unlink()
 
 
 class StepWriter:
     """Records one allocator's steps: sequences at plan time, events after the step."""
 
-    def __init__(self, log: AllocationLog, block_size: int) -> None:
+    def __init__(self, log: LogSection, block_size: int) -> None:
         self.log = log
         self.block_size = block_size
 
-    def plan(self, sched: Scheduler, plan: StepPlan, st: StepTime, start: float) -> None:
+    def plan(self, sched: Stepping, plan: Planned, st: StepTime, start: float) -> None:
         """Capture each scheduled sequence's tables before the step changes anything."""
         paged = isinstance(sched.manager, PagedKVCacheManager)
         seqs = []
@@ -94,7 +124,7 @@ class StepWriter:
         assert plan.events is not None
         plan.events["seqs"] = seqs
 
-    def step(self, sched: Scheduler, plan: StepPlan, st: StepTime, start: float) -> None:
+    def step(self, sched: Stepping, plan: Planned, st: StepTime, start: float) -> None:
         """Write the step's line once it has been applied."""
         events = plan.events or {}
         self.log.write({

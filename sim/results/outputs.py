@@ -65,16 +65,23 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
     atomic_write(path, (json.dumps(obj, indent=2, allow_nan=False) + "\n").encode())
 
 
-def write_table(path: Path, name: str, columns: dict[str, list[Any]]) -> None:
-    """A parquet file whose columns and types are those the schema lists for ``name``."""
+def typed_table(name: str, columns: dict[str, list[Any]]) -> pa.Table:
+    """The columns as an Arrow table with the columns, types and metadata the schema lists
+    for the file ``name``."""
     spec = SCHEMA["files"][name]["columns"]
     missing = set(spec) ^ set(columns)
     if missing:
         raise ValueError(f"{name}: columns differ from the schema: {sorted(missing)}")
     fields = [pa.field(col, _ARROW_TYPES[spec[col]["type"]], nullable=True) for col in spec]
     meta = {b"schema_version": str(SCHEMA_VERSION).encode(), b"file": name.encode()}
-    table = pa.table([pa.array(columns[col], type=f.type) for col, f in zip(spec, fields)],
-                     schema=pa.schema(fields, metadata=meta))
+    return pa.table([pa.array(columns[col], type=f.type) for col, f in zip(spec, fields)],
+                    schema=pa.schema(fields, metadata=meta))
+
+
+def write_tables(path: Path, name: str, parts: list[pa.Table]) -> None:
+    """One parquet file of the typed tables ``parts`` (from ``typed_table``), in order."""
+    table = (pa.concat_tables(parts).combine_chunks() if parts else
+             typed_table(name, {col: [] for col in SCHEMA["files"][name]["columns"]}))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
