@@ -36,7 +36,6 @@ class Coaster:
         self.state = steady.state
         self.log = log
         self.complete = complete
-        self.free_queue = steady.tally.pool.free_block_queue
         self.num_coasted = 0
         """Steps run by :meth:`coast` (of them ``num_coasted_finishing`` with finishes)."""
         self.num_coasted_finishing = 0
@@ -132,7 +131,7 @@ class Coaster:
             if c >= seq.held:
                 need += 1
             due.append(seq)
-        if need > self.free_queue.num_free_blocks:
+        if not self.steady.tally.can_take(need):
             return None
         if len(due) > 1:
             due.sort(key=by_key)

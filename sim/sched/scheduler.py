@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from allocator.contiguous import ContiguousManager
 from allocator.interface import KVManager
 from allocator.paged import PagedKVCacheManager
 from sim.config import RunConfig
@@ -37,15 +38,18 @@ class SimulationError(RuntimeError):
 
 
 def uses_fast_path(manager: KVManager, config: RunConfig, workload: Workload) -> bool:
-    """Whether the fast path's shortcuts are proven for this run: the paged manager, full
-    attention, recompute preemption, no forks (cow samples, beams), no allocation log."""
+    """Whether the fast path's shortcuts are proven for this run: the paged manager or a
+    contiguous one, full attention, recompute preemption, no forks (beams; cow samples on a
+    paged manager) and no allocation log."""
     sched = config.scheduler
     if not sched.fast or config.output.record_log or config.model.sliding_window is not None:
         return False
-    if not isinstance(manager, PagedKVCacheManager) or sched.preemption != "recompute":
+    contiguous = isinstance(manager, ContiguousManager)
+    if not (contiguous or isinstance(manager, PagedKVCacheManager)) \
+            or sched.preemption != "recompute":
         return False
-    fanout = sched.sampling_mode == "fanout"
-    return all(width == 1 and (n == 1 or fanout)
+    apart = contiguous or sched.sampling_mode == "fanout"
+    return all(width == 1 and (n == 1 or apart)
                for n, width in zip(workload.n, workload.beam_width))
 
 
@@ -79,11 +83,14 @@ class Scheduler:
         self.sampling = Sampling(state)
         self.steady: SteadySet | None = None
         self.coaster: Coaster | None = None
+        self.skips_calls = False
+        """Whether a one-token call before ``call_at`` is skipped (the paged fast path)."""
         if fast:
             self.steady = SteadySet(state, config.cache.block_size)
             self.coaster = Coaster(self.steady, log, self.complete)
             state.tracker = self.steady
             state.eager_append = False
+            self.skips_calls = self.steady.tally.skips_calls
         state.on_finish = state.on_reject = log.add_group
 
     @property
@@ -134,12 +141,12 @@ class Scheduler:
 
     def _run_one(self, seq: Seq, plan: StepPlan) -> bool:
         """The reference loop's body for one sequence; False if it preempted itself. The fast
-        path skips a one-token call that provably changes nothing (before ``call_at``)."""
+        path skips a paged one-token call that provably changes nothing (before ``call_at``)."""
         c = seq.req.num_computed_tokens
         n = num_new_tokens(seq.num_tokens, c, plan.budget, self.max_model_len)
         if n <= 0:
             return True
-        if (n != 1 or self.steady is None or c >= seq.call_at) \
+        if (n != 1 or not self.skips_calls or c >= seq.call_at) \
                 and not self._allocate_running(seq, c, n, plan):
             return False
         plan.add(seq, n, c)
@@ -255,9 +262,10 @@ class Scheduler:
     def check(self) -> None:
         """--debug: invariants after every step; the fast snapshot must equal the real one."""
         if self.steady is not None:
+            fast = self.steady.snapshot()
             self.steady.materialize()
             real = snapshot_row(self.manager.memory_snapshot())
-            if real != self.steady.snapshot():
-                raise SimulationError(f"step {self.step_index - 1}: fast snapshot "
-                                      f"{self.steady.snapshot()} != memory_snapshot() {real}")
+            if real != fast:
+                raise SimulationError(f"step {self.step_index - 1}: fast snapshot {fast} != "
+                                      f"memory_snapshot() {real}")
         self.manager.check_invariants()

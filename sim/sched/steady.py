@@ -1,32 +1,29 @@
 """The fast path's steady set: decoding sequences the running loop need not visit.
 
-Two provably state-preserving shortcuts, checked by tests that compare every output byte
-with the reference loop (``SchedulerConfig.fast = False``):
-
-1. ``allocate_slots`` is skipped for a one-token step that needs no new block and fills no
-   block (with caching off, filling a block changes nothing either). Such a call changes no
-   manager state, so skipping it changes nothing. The next position that needs the call is
-   ``call_at = min(held slots, next block end - 1)``.
-2. A *steady* sequence (caught up, decoding, next call or finish still ahead) advances one
-   token per step with no work at all: its computed count is ``base + step``, and it sleeps
-   in a bucket keyed by the step of its next event (a call or its last token). Steps sum the
-   steady contexts from running totals, and the memory snapshot comes from
-   ``sim/sched/tally.py``. A step whose token budget cannot cover everyone (a long prefill
-   chunk) wakes every steady sequence, since then running order decides who is served.
-
-Every count the reference loop computes (tokens per step, held slots and the next call
-after an allocation) goes through the same functions here. Used only for the paged manager
-with full attention, recompute preemption and no forks.
+A *steady* sequence (caught up, decoding, next call or finish still ahead) advances one
+token per step with no work at all: its computed count is ``base + step``, and it sleeps in
+a bucket keyed by the step of its next event (a manager call, or its last token). Steps sum
+the steady contexts from running totals, and the memory snapshot comes from the manager's
+tally (``sim/sched/tally.py``), which also says which calls may be skipped or deferred:
+paged managers skip one-token calls that need no new block and fill none, contiguous ones
+defer a steady sequence's calls and replay the last one when it wakes. A step whose token
+budget cannot cover everyone (a long prefill chunk) wakes every steady sequence, since then
+running order decides who is served. Every count the reference loop computes (tokens per
+step, held slots and the next call after an allocation) goes through the same functions.
+Tests compare every output byte with the reference loop (``SchedulerConfig.fast = False``).
+Used for full attention, recompute preemption and no forks, with the paged manager or a
+contiguous one.
 """
 from __future__ import annotations
 
 import sys
 from operator import attrgetter
 
+from allocator.contiguous import ContiguousManager
 from allocator.paged import PagedKVCacheManager
 from sim.sched.plan import StepPlan
 from sim.sched.state import SchedState, num_new_tokens
-from sim.sched.tally import PagedTally
+from sim.sched.tally import ContiguousTally, PagedTally, Snapshot
 from sim.workload.sequence import RUNNING, Seq
 from sim.workload.sim_request import SimRequest
 
@@ -45,17 +42,20 @@ class SteadySet:
 
     def __init__(self, state: SchedState, block_size: int) -> None:
         manager = state.manager
-        if not isinstance(manager, PagedKVCacheManager) or manager.has_forked:
-            raise ValueError("the fast path needs a paged manager that has not forked")
         self.state = state
         self.block_size = block_size
         self.max_model_len = state.config.max_model_len
-        self.caching = manager.enable_caching
-        self.tally = PagedTally(manager, block_size)
-        # A steady sequence's one-token call is vLLM's allocate_slots without the paged
-        # manager's additions, which are idle here: no forks (so no copy-on-write),
-        # recompute preemption (no swap run to end), registered when admitted.
-        self.append_slots = manager.append_slots
+        self.tally: PagedTally | ContiguousTally
+        if isinstance(manager, PagedKVCacheManager) and not manager.has_forked:
+            self.tally = PagedTally(manager, block_size, self.max_model_len)
+        elif isinstance(manager, ContiguousManager):
+            self.tally = ContiguousTally(manager)
+        else:
+            raise ValueError("the fast path needs a contiguous or an unforked paged manager")
+        # The tally's own methods answer these (no call layer on the hot path).
+        self.allocated = self.tally.allocated
+        self.freed = self.tally.freed
+        self.append_slots = self.tally.append_slots
         self.buckets: dict[int, list[tuple[Seq, int]]] = {}
         self.active: dict[int, Seq] = {}
         self.active_computed = 0
@@ -70,31 +70,11 @@ class SteadySet:
         self.active[seq.key] = seq
         self.active_computed += hit
 
-    def allocated(self, seq: Seq, num_tokens: int) -> None:
-        """The slots the sequence holds and its next call after ``allocate_slots`` gave it
-        ``num_tokens`` more (the reference path's calls and the steady ones alike)."""
-        # Comparisons rather than min() and max(): this runs at every block boundary.
-        bs = self.block_size
-        end = seq.req.num_computed_tokens + num_tokens
-        if end > self.max_model_len:  # noqa: PLR1730
-            end = self.max_model_len
-        held = -(-end // bs) * bs
-        if held > seq.held:
-            self.tally.set_held(seq, held)
-        else:
-            held = seq.held
-        fill_at = (end // bs + 1) * bs - 1
-        seq.call_at = fill_at if self.caching and fill_at < held else held
-
     def left(self, seq: Seq) -> None:
         if seq.steady:
             self.wake(seq)
         if self.active.pop(seq.key, None) is not None:
             self.active_computed -= seq.req.num_computed_tokens
-
-    def freed(self, seq: Seq) -> None:
-        self.tally.set_held(seq, 0)
-        seq.call_at = -1
 
     # ---- sleeping and waking -------------------------------------------------------------
 
@@ -109,6 +89,7 @@ class SteadySet:
         self.steady_base -= seq.base
         self.active[seq.key] = seq
         self.active_computed += c
+        self.tally.woken(seq, c)
 
     def settle(self, seq: Seq) -> None:
         """After a step (step_index already counts it), put a caught-up decoding sequence to
@@ -124,6 +105,7 @@ class SteadySet:
         self.active_computed -= c
         self.num_steady += 1
         self.steady_base += seq.base
+        self.tally.slept(seq, c)
         self._sleep(seq)
 
     def _sleep(self, seq: Seq) -> None:
@@ -216,10 +198,10 @@ class SteadySet:
             if seq.status == RUNNING and not seq.steady and seq.key in self.active:
                 self.settle(seq)
 
-    def snapshot(self) -> tuple[int, ...]:
+    def snapshot(self) -> Snapshot:
         """The memory snapshot after the step just applied (see ``sim/sched/tally.py``)."""
         k = self.state.step_index
-        return self.tally.snapshot(self.active_computed + self.steady_base + self.num_steady * k)
+        return self.tally.snapshot(self.active_computed, self.steady_base + self.num_steady * k)
 
     def materialize(self) -> None:
         """Write every steady sequence's state back into its request (for --debug checks);
@@ -233,3 +215,4 @@ class SteadySet:
                 seq.req.num_computed_tokens = c
                 seq.num_out = c + 1 - seq.num_prompt
                 seq.flush()
+                self.tally.sync(seq, c)

@@ -112,6 +112,7 @@ class Seq:
         "sample",
         "status",
         "steady",
+        "synced",
     )
 
     def __init__(self, req: Request, group: Group, sample: int, label: str,
@@ -133,6 +134,8 @@ class Seq:
         self.last_c = self.num_prompt + group.output_len - 2
         """The computed count at which the last token is computed (one before its end)."""
         self.pending_fork = False
+        self.synced = 0
+        """Fast path, contiguous managers: the computed count the manager last saw."""
 
     @property
     def num_tokens(self) -> int:

@@ -60,6 +60,21 @@ def simulate(trace: Trace, name: str = "paged", model: StepModel | None = None,
     return replay(name, run_config(**options), trace, costs)
 
 
+def fast_and_reference(trace: Trace, name: str = "paged", model: StepModel | None = None,
+                       **options: Any) -> tuple[RunResult, RunResult]:
+    """The same run with the fast path and with the reference loop; asserts that every step
+    row, request row and summary value (wall time aside) is the same."""
+    fast = simulate(trace, name, model, fast=True, **options)
+    ref = simulate(trace, name, model, fast=False, **options)
+    assert fast.fast and not ref.fast
+    assert fast.log.step_columns() == ref.log.step_columns()
+    assert fast.log.request_columns() == ref.log.request_columns()
+    sa, sb = dict(fast.summary), dict(ref.summary)
+    del sa["wall_s"], sb["wall_s"]
+    assert sa == sb
+    return fast, ref
+
+
 def rows(result: RunResult) -> list[dict[str, Any]]:
     """The request rows of a run, one dict per request in trace order."""
     cols = result.log.request_columns()

@@ -10,7 +10,7 @@ import pytest
 from sim.sweep.backends import BackendError, LocalBackend, RayBackend, import_ray
 from sim.sweep.run import run_sweep
 from sim.sweep.spec import load_spec
-from tests.unit.test_sweep import GRID, TRACE
+from tests.unit.test_sweep_run import GRID, TRACE
 
 
 def without_wall(frame: pd.DataFrame) -> pd.DataFrame:
