@@ -34,6 +34,7 @@ from sim.cost.step_model import make_step_model
 from sim.cost.swap_cost import make_swap_cost
 from sim.results.metrics import RunLog, summarize
 from sim.sched.admission import fits_empty_pool
+from sim.sched.coast import Coaster
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler, SimulationError, uses_fast_path
 from sim.workload.block_hash import make_hasher
@@ -131,13 +132,19 @@ def engine(env: simpy.Environment, sched: Scheduler, costs: Costs, state: Engine
         for hook in state.on_step:
             hook(plan, st, start)
         if coast and sched.coaster is not None:
-            now = env.now
-            end = sched.coaster.coast(now, state.next_arrival, model)
-            if end is not None:
-                yield env.timeout(end - now)
-                if env.now != end:
-                    raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
-                sched.coaster.after_coast()
+            yield from _coast(env, sched.coaster, state.next_arrival, model)
+
+
+def _coast(env: simpy.Environment, coaster: Coaster, horizon: float,
+           model: StepModel) -> Generator[simpy.Event, Any, None]:
+    """The quiet steps before ``horizon`` (the next arrival), under one timeout."""
+    now = env.now
+    end = coaster.coast(now, horizon, model)
+    if end is not None:
+        yield env.timeout(end - now)
+        if env.now != end:
+            raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
+        coaster.after_coast()
 
 
 def predict(model: StepModel, plan: StepPlan) -> StepTime:
@@ -185,12 +192,7 @@ def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
             log.add_group(group)
             progress(len(log.groups))
         sched.state.on_finish = sched.state.on_reject = leave
-    state = EngineState()
-    if config.scheduler.debug:
-        state.on_step.append(lambda plan, st, start: sched.check())
-    if log_writer is not None:
-        state.on_plan.append(lambda plan, st, start: log_writer.plan(sched, plan, st, start))
-        state.on_step.append(lambda plan, st, start: log_writer.step(sched, plan, st, start))
+    state = _engine_state(sched, config.scheduler.debug, log_writer)
     env = simpy.Environment()
     env.process(arrivals(env, workload, sched, state))
     env.process(engine(env, sched, costs, state, len(trace)))
@@ -202,6 +204,17 @@ def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
         if collecting:
             gc.enable()
     return _finish(name, sched, caching, cache.block_size, time.perf_counter() - wall)
+
+
+def _engine_state(sched: Scheduler, debug: bool, log_writer: Any) -> EngineState:
+    """The engine's shared state with the hooks that watch single steps."""
+    state = EngineState()
+    if debug:
+        state.on_step.append(lambda plan, st, start: sched.check())
+    if log_writer is not None:
+        state.on_plan.append(lambda plan, st, start: log_writer.plan(sched, plan, st, start))
+        state.on_step.append(lambda plan, st, start: log_writer.step(sched, plan, st, start))
+    return state
 
 
 def _make_manager(name: str, config: RunConfig, caching: bool) -> KVManager:

@@ -49,7 +49,6 @@ class Coaster:
                 or n > state.config.max_num_batched_tokens):
             return None
         last_end = 2 * now
-        steps = self.log.steps
         first = state.step_index
         t = now
         while n:
@@ -59,26 +58,16 @@ class Coaster:
             end = t + duration
             if end > last_end or end == horizon:
                 break
-            bucket = steady.buckets.get(k)
-            if bucket is not None:
-                quiet = self._quiet_calls(bucket, k)
-                if quiet is None:
-                    break
-                del steady.buckets[k]
-                if quiet[1]:
-                    self._finishing_step(quiet[0], quiet[1], st, t, duration)
-                    n = steady.num_steady
-                    t = end
-                    if end > horizon:
-                        break
-                    continue
-                for seq in quiet[0]:
-                    steady.call(seq)  # cannot fail: checked by _quiet_calls
-            state.step_index = k + 1
-            steps.append(step_row(
-                k, t, duration, st.attention_s, st.linear_s, st.overhead_s, 0.0,
-                len(state.running), state.num_running_groups, 0, 0, n, 0, n,
-                steady.snapshot(), QUIET))
+            finishing = self._step(k, st, t, duration)
+            if finishing is None:
+                break
+            if finishing:
+                n = steady.num_steady
+            else:
+                self.log.steps.append(step_row(
+                    k, t, duration, st.attention_s, st.linear_s, st.overhead_s, 0.0,
+                    len(state.running), state.num_running_groups, 0, 0, n, 0, n,
+                    steady.snapshot(), QUIET))
             t = end
             if end > horizon:
                 break
@@ -86,6 +75,24 @@ class Coaster:
             return None
         self.num_coasted += state.step_index - first
         return t
+
+    def _step(self, k: int, st: StepTime, start: float, duration: float) -> bool | None:
+        """Run quiet step ``k``: True if sequences finished in it (the scheduler recorded
+        it), False if not (its row is the caller's), None if it is not quiet (not run)."""
+        steady = self.steady
+        bucket = steady.buckets.get(k)
+        if bucket is not None:
+            quiet = self._quiet_calls(bucket, k)
+            if quiet is None:
+                return None
+            del steady.buckets[k]
+            if quiet[1]:
+                self._finishing_step(quiet[0], quiet[1], st, start, duration)
+                return True
+            for seq in quiet[0]:
+                steady.call(seq)  # cannot fail: checked by _quiet_calls
+        self.state.step_index = k + 1
+        return False
 
     def after_coast(self) -> None:
         """Once the engine has resumed at the end of the coasted steps: the last step's row

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MAX_CELLS = 100_000
+from sim.sweep.axes import MAX_CELLS, expand_range
+
 SPEC_KEYS = ("description", "out", "options", "axes", "capacity")
 RANGE_KEYS = ("values", "start", "stop", "step", "factor", "num")
 RESERVED = {"out": "each cell writes its own directory under the sweep's --out",
@@ -257,33 +258,9 @@ def _range(table: dict[str, Any], where: str, path: Path) -> list[Any]:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise SpecError(f"{path}: {where}.{k}: expected a finite number, got {v!r}")
     try:
-        return _expand(nums["start"], nums["stop"], kinds[0], nums[kinds[0]])
+        return expand_range(nums["start"], nums["stop"], kinds[0], nums[kinds[0]])
     except ValueError as exc:
         raise SpecError(f"{path}: {where}: {exc}") from None
-
-
-def _expand(start: float, stop: float, kind: str, by: float) -> list[Any]:
-    """Range values, stop included when it falls on the grid (to 1e-9 relative)."""
-    if stop < start:
-        raise ValueError(f"stop {stop} is below start {start}")
-    if kind == "step":
-        if by <= 0:
-            raise ValueError(f"step must be > 0, got {by}")
-        count = math.floor((stop - start) / by * (1 + 1e-9) + 1e-9) + 1
-        values = [start + i * by for i in range(min(count, MAX_CELLS + 1))]
-    elif kind == "factor":
-        if by <= 1 or start <= 0:
-            raise ValueError(f"factor needs factor > 1 and start > 0, got {by} and {start}")
-        count = math.floor(math.log(stop / start) / math.log(by) + 1e-9) + 1
-        values = [start * by ** i for i in range(min(count, MAX_CELLS + 1))]
-    else:
-        if isinstance(by, float) or by < 1:
-            raise ValueError(f"num must be an integer >= 1, got {by}")
-        step = (stop - start) / (by - 1) if by > 1 else 0.0
-        values = [start + i * step for i in range(min(by, MAX_CELLS + 1))]
-    if all(isinstance(v, int) for v in (start, stop, by)) and kind != "num":
-        return [int(v) for v in values]
-    return [float(f"{v:.12g}") for v in values]
 
 
 def _check_unique(key: str, values: list[Any], path: Path) -> None:

@@ -46,8 +46,5 @@ def load_input(workload: WorkloadConfig, loader: TraceLoader) -> tuple[Trace, st
 
 def file_sha256(path: Path) -> str:
     """sha256 of a file's bytes."""
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
