@@ -49,6 +49,7 @@ class Coaster:
                 or n > state.config.max_num_batched_tokens):
             return None
         last_end = 2 * now
+        snapshot = steady.tally.snapshot
         first = state.step_index
         t = now
         while n:
@@ -67,7 +68,7 @@ class Coaster:
                 self.log.steps.append(step_row(
                     k, t, duration, st.attention_s, st.linear_s, st.overhead_s, 0.0,
                     len(state.running), state.num_running_groups, 0, 0, n, 0, n,
-                    steady.snapshot(), QUIET))
+                    snapshot(steady.active_computed, steady.steady_base + n * (k + 1)), QUIET))
             t = end
             if end > horizon:
                 break

@@ -85,7 +85,9 @@ class PagedTally:
         final = seq.last_c + 1
         old = seq.held
         self.held_slots += held - old
-        self.ceiling += min(final, held) - min(final, old)
+        # Comparisons rather than min(): this runs at every new block.
+        self.ceiling += (held if held < final else final) - (  # noqa: FURB136
+            old if old < final else final)  # noqa: FURB136
         seq.held = held
 
     def slept(self, seq: Seq, computed: int) -> None:
