@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from sim.cost.names import alias_table, norm_name
+
 GIB = 1 << 30
 
 
@@ -85,20 +87,13 @@ _EXTRA_ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _norm(name: str) -> str:
-    return "".join(ch for ch in name.strip().lower() if ch not in "-_ ")
-
-
-_ALIASES: dict[str, str] = {}
-for _name in PRESETS:
-    for _alias in (_name, *_EXTRA_ALIASES.get(_name, ())):
-        _ALIASES[_norm(_alias)] = _name
+_ALIASES = alias_table(PRESETS, _EXTRA_ALIASES)
 
 
 def resolve_gpu_name(name: str) -> str | None:
     """Canonical preset name (case-insensitive; '-', '_', spaces ignored; torch device names
     such as 'NVIDIA H200' accepted), or None."""
-    return _ALIASES.get(_norm(name))
+    return _ALIASES.get(norm_name(name))
 
 
 def get_gpu(name: str) -> GpuSpec:
@@ -122,7 +117,7 @@ def make_gpu(name: str = "A100-80GB", *, memory_gib: float | None = None,
     given = {"memory_gib": memory_gib, "hbm_gbps": hbm_gbps, "bf16_tflops": tflops,
              "pcie_gbps": pcie_gbps}
     overrides = {key: value for key, value in given.items() if value is not None}
-    if _norm(name) == "custom":
+    if norm_name(name) == "custom":
         missing = [key for key, value in given.items() if value is None]
         if missing:
             raise ValueError(f"a custom gpu needs all of memory_gib, hbm_gbps, bf16_tflops, "

@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sim.cost.names import alias_table, norm_name
+
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
@@ -147,14 +149,7 @@ _EXTRA_ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _norm(name: str) -> str:
-    return "".join(ch for ch in name.strip().lower() if ch not in "-_ ")
-
-
-_ALIASES: dict[str, str] = {}
-for _name in PRESETS:
-    for _alias in (_name, *_EXTRA_ALIASES.get(_name, ())):
-        _ALIASES[_norm(_alias)] = _name
+_ALIASES = alias_table(PRESETS, _EXTRA_ALIASES)
 
 
 def preset_names() -> list[str]:
@@ -163,7 +158,7 @@ def preset_names() -> list[str]:
 
 def resolve_model_name(name: str) -> str | None:
     """Canonical preset name for `name` (case-insensitive, '-', '_' and spaces ignored), or None."""
-    return _ALIASES.get(_norm(name))
+    return _ALIASES.get(norm_name(name))
 
 
 def get_model(name_or_path: str) -> ModelConfig:
