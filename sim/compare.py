@@ -111,7 +111,7 @@ def compare(config: RunConfig, options: Options, trace: Trace, trace_sha256: str
 def _in_workers(config: RunConfig, trace: Trace, bar: Any) -> list[Outcome]:
     """Every allocator in its own worker process, ``config.jobs`` at a time."""
     methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    context: Any = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     todo = list(config.allocators)
     live: dict[Connection, Any] = {}
     done: dict[str, Outcome] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from sim.config import InputError, WorkloadConfig
 from traces import Trace, limit, scale_rate
@@ -18,8 +18,8 @@ class TraceLoader(Protocol):
     """What loads traces: ``traces.load_trace`` and ``traces.default_workload``'s signatures
     (the ``traces`` module itself is one)."""
 
-    def load_trace(self, path: str | Path, format: str | None = None,
-                   **kwargs: Any) -> Trace: ...
+    def load_trace(self, path: str | Path, format: str | None = None, *,
+                   seed: int = 0) -> Trace: ...
 
     def default_workload(self, seed: int = 0) -> Trace: ...
 
