@@ -18,7 +18,8 @@ from allocator.profiles import VllmProfile
 from allocator.request import Request, RequestStatus
 
 if TYPE_CHECKING:
-    from allocator.kv_cache_manager import KVCacheManager
+    from allocator.block_pool import BlockPool
+    from allocator.single_type_manager import SingleTypeKVCacheManager
 
 _WAITING_STATES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
@@ -88,7 +89,9 @@ def check_new_tokens(
 
 
 def full_sequence_fits(
-    manager: KVCacheManager,
+    single_type_manager: SingleTypeKVCacheManager,
+    block_pool: BlockPool,
+    max_model_len: int,
     request: Request,
     hit_blocks: Sequence[KVCacheBlock],
     total_computed_tokens: int,
@@ -99,12 +102,12 @@ def full_sequence_fits(
     Hits still in the free queue count as in ``allocate_slots``; sliding-window skipping and
     the admission cap (``apply_admission_cap``) lower the count. Changes nothing.
     """
-    full_num_tokens = min(request.num_tokens, manager.max_model_len)
-    num_blocks = manager.single_type_manager.get_num_blocks_to_allocate(
+    full_num_tokens = min(request.num_tokens, max_model_len)
+    num_blocks = single_type_manager.get_num_blocks_to_allocate(
         request.request_id,
         full_num_tokens,
         hit_blocks,
         total_computed_tokens,
         apply_admission_cap=True,
     )
-    return num_blocks + reserve <= manager.block_pool.get_num_free_blocks()
+    return num_blocks + reserve <= block_pool.get_num_free_blocks()

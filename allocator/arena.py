@@ -2,7 +2,8 @@
 
 A contiguous manager places each request's whole reservation in one run of adjacent KV slots.
 This module holds what every placement policy shares: the ``Region`` value, the ``SlotArena``
-protocol, ``NoFreeBlocksError`` and ``make_arena``. The policies live beside it:
+protocol and ``NoFreeBlocksError``; ``placement.make_arena`` builds one by name. The
+policies live beside it:
 ``arena_buddy.py`` (power-of-two regions with buddy merges, the paper's assumption) and
 ``arena_first_fit.py`` (exact-size regions, lowest-address hole, coalescing frees).
 """
@@ -97,22 +98,3 @@ def validate_num_slots(num_slots: int) -> None:
     if num_slots < 1:
         raise ValueError(f"a region needs at least 1 slot, asked for {num_slots}")
 
-
-def make_arena(placement: str, capacity: int) -> SlotArena:
-    """Build the arena for a placement policy name.
-
-    Args:
-        placement: "buddy" or "first-fit" (``ManagerConfig.placement``).
-        capacity: usable slots, >= 0.
-
-    Raises:
-        ValueError: unknown placement or negative capacity.
-    """
-    from allocator.arena_buddy import BuddyArena
-    from allocator.arena_first_fit import FirstFitArena
-
-    if placement == "buddy":
-        return BuddyArena(capacity)
-    if placement == "first-fit":
-        return FirstFitArena(capacity)
-    raise ValueError(f"placement must be 'buddy' or 'first-fit', got {placement!r}")

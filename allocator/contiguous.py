@@ -12,8 +12,9 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from allocator.arena import Region, SlotArena, make_arena
+from allocator.arena import Region, SlotArena
 from allocator.interface import CopyPlan, ManagerConfig, MemorySnapshot, NoFreeBlocksError
+from allocator.placement import make_arena
 from allocator.reservation import ReservationPolicy, get_policy
 from allocator.waste import final_kv_slots, split_free, split_held
 

@@ -13,10 +13,7 @@ import importlib.util
 import os
 import pickle
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from allocator.request import Request
+from typing import Any, Protocol
 
 BlockHash = bytes
 """A block hash: the raw digest returned by the hash function."""
@@ -182,6 +179,24 @@ def get_block_hash(key: BlockHashWithGroupId) -> BlockHash:
 def get_group_id(key: BlockHashWithGroupId) -> int:
     """Read the group id from the last 4 bytes of a prefix-cache key."""
     return int.from_bytes(key[-4:], "big", signed=False)
+
+
+
+
+class Request(Protocol):
+    """What hashing reads of a request (``allocator.request.Request`` has it all); a protocol,
+    so that this module and the request module do not import each other."""
+
+    @property
+    def lora_name(self) -> str | None: ...
+    @property
+    def lora_path(self) -> str | None: ...
+    @property
+    def cache_salt(self) -> str | None: ...
+    @property
+    def block_hashes(self) -> list[BlockHash]: ...
+    @property
+    def all_token_ids(self) -> Sequence[int]: ...
 
 
 EXTRA_KEY_FORMATS = ("plain", "mm_offset", "tagged")

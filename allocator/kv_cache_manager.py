@@ -198,35 +198,57 @@ class KVCacheManager:
             ValueError: if there is nothing to allocate (no new and no external tokens, and,
                 under ``zero_token_adopt``, no prefix hit to adopt).
         """
-        # Fast path (every decode step of a running full-attention request): no prefix hits,
-        # no external tokens, no skipped blocks, blocks already held. vLLM's stages then reduce
-        # to "top up to cdiv(need, block_size) blocks, then cache the newly full ones"; the
-        # staged form below gives the same result and handles everything else.
+        if (
+            new_computed_blocks is None
+            and not num_new_computed_tokens
+            and not num_external_computed_tokens
+            and num_new_tokens > 0
+            and not full_sequence_must_fit
+            and not reserved_blocks
+            and self._fast_path_ok
+        ):
+            return self.append_slots(
+                request, num_new_tokens, num_lookahead_tokens, delay_cache_blocks
+            )
+        return self._allocate_slots_staged(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+            num_external_computed_tokens,
+            delay_cache_blocks,
+            full_sequence_must_fit,
+            reserved_blocks,
+            has_scheduled_reqs,
+        )
+
+    def append_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_lookahead_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+    ) -> KVCacheBlocks | None:
+        """:meth:`allocate_slots` for a running request: no prefix hits, no external tokens.
+
+        Every decode step of a running full-attention request comes here (vLLM v0 called
+        this ``append_slots``). For a request that already holds blocks, in a group that
+        frees no blocks early and under no watermark, vLLM's stages reduce to "top up to cdiv(need, block_size)
+        blocks, then cache the newly full ones"; otherwise the staged form runs. The result
+        is exactly :meth:`allocate_slots`'s, which callers may bypass with this when they
+        know there are no hits.
+        """
         request_id = request.request_id
         req_blocks = self._req_to_blocks.get(request_id)
-        if (
-            req_blocks is None
-            or new_computed_blocks is not None
-            or num_external_computed_tokens
-            or num_new_tokens <= 0
-            or full_sequence_must_fit or reserved_blocks != 0
-        ):
+        if req_blocks is None or num_new_tokens <= 0:
             return self._allocate_slots_staged(
-                request,
-                num_new_tokens,
-                num_new_computed_tokens,
-                new_computed_blocks,
-                num_lookahead_tokens,
-                num_external_computed_tokens,
-                delay_cache_blocks,
-                full_sequence_must_fit,
-                reserved_blocks,
-                has_scheduled_reqs,
+                request, num_new_tokens, 0, None, num_lookahead_tokens, 0, delay_cache_blocks
             )
         # Comparisons instead of min(): on CPython 3.11 a two-argument min() costs ~5x a
         # comparison, and this runs once per token-step.
         max_model_len = self.max_model_len
-        total_computed = request.num_computed_tokens + num_new_computed_tokens
+        total_computed = request.num_computed_tokens
         if total_computed > max_model_len:  # noqa: PLR1730
             total_computed = max_model_len
         num_tokens_need_slot = total_computed + num_new_tokens + num_lookahead_tokens
@@ -283,7 +305,8 @@ class KVCacheManager:
         reserve = (watermark_for(self.watermark_blocks, request, has_scheduled_reqs)
                    if self.watermark_blocks else 0)
         if full_sequence_must_fit and not full_sequence_fits(
-            self, request, hit_blocks, total_computed_tokens, reserve
+            manager, self.block_pool, self.max_model_len, request, hit_blocks,
+            total_computed_tokens, reserve,
         ):
             return None
         processed_tokens = total_computed_tokens
@@ -327,7 +350,8 @@ class KVCacheManager:
             request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
             self.max_model_len,
         )
-        return full_sequence_fits(self, request, hit_blocks, total_computed_tokens, 0)
+        return full_sequence_fits(self.single_type_manager, self.block_pool, self.max_model_len,
+                                  request, hit_blocks, total_computed_tokens, 0)
 
     def free(self, request: Request) -> None:
         """Release all of the request's blocks, last block first; cached ones stay findable."""

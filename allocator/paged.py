@@ -208,7 +208,7 @@ class PagedKVCacheManager(KVCacheManager):
 
     def memory_snapshot(self) -> MemorySnapshot:
         """Where every usable slot is now (see ``allocator/waste.py`` for the categories)."""
-        return paged_memory_snapshot(self)
+        return paged_memory_snapshot(self, self.requests)
 
     def check_invariants(self) -> None:
         """KVCacheManager's checks, plus: tracked requests match block tables; snapshot sums."""

@@ -16,6 +16,7 @@ fragmentation.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from allocator.interface import MemorySnapshot
@@ -24,7 +25,8 @@ from allocator.waste import final_kv_slots
 
 if TYPE_CHECKING:
     from allocator.block_pool import BlockPool
-    from allocator.paged import PagedKVCacheManager
+    from allocator.kv_cache_manager import KVCacheManager
+    from allocator.request import Request
 
 
 def count_cached_free_blocks(pool: BlockPool) -> int:
@@ -32,8 +34,11 @@ def count_cached_free_blocks(pool: BlockPool) -> int:
     return sum(1 for b in pool.blocks[1:] if b.ref_cnt == 0 and b.block_hash is not None)
 
 
-def paged_memory_snapshot(manager: PagedKVCacheManager) -> MemorySnapshot:
-    """Classify every usable slot of the manager's pool (see the module docstring)."""
+def paged_memory_snapshot(
+    manager: KVCacheManager, requests: Mapping[str, Request]
+) -> MemorySnapshot:
+    """Classify every usable slot of the manager's pool (see the module docstring); ``requests``
+    maps each live request id to its request."""
     pool = manager.block_pool
     block_size = manager.block_size
     num_usable = pool.num_gpu_blocks - 1
@@ -47,7 +52,7 @@ def paged_memory_snapshot(manager: PagedKVCacheManager) -> MemorySnapshot:
     for request_id, blocks in manager.single_type_manager.req_to_blocks.items():
         if not blocks:
             continue
-        request = manager.requests[request_id]
+        request = requests[request_id]
         computed = request.num_computed_tokens
         num_null = sum(1 for b in blocks if b.is_null) if sliding else 0
         logical += max(0, min(computed, len(blocks) * block_size) - num_null * block_size)

@@ -28,7 +28,7 @@ from allocator.interface import CopyPlan, NoFreeBlocksError
 from allocator.request import Request
 
 if TYPE_CHECKING:
-    from allocator.paged import PagedKVCacheManager
+    from allocator.kv_cache_manager import KVCacheManager
 
 NULL = -1
 """CPU-table entry standing for the null block."""
@@ -41,7 +41,7 @@ class SwapSpace:
     block is in the free list iff its ref count is 0.
     """
 
-    def __init__(self, manager: PagedKVCacheManager, num_cpu_blocks: int) -> None:
+    def __init__(self, manager: KVCacheManager, num_cpu_blocks: int) -> None:
         if num_cpu_blocks < 0:
             raise ValueError(f"num_cpu_blocks must be >= 0, got {num_cpu_blocks}")
         self.manager = manager

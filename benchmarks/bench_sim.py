@@ -20,13 +20,9 @@ import platform
 import time
 from pathlib import Path
 
-from sim.capacity import plan_kv_capacity
-from sim.gpus import get_gpu
-from sim.models import get_model
-from sim.options import SchedulerConfig
-from sim.run import run_allocator
-from sim.step_model import make_step_model
-from sim.swap_cost import make_swap_cost
+from sim.cli import resolve
+from sim.config import Options
+from sim.engine import build_costs, replay
 from traces import limit, load_trace, scale_rate
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / \
@@ -41,23 +37,19 @@ def main() -> None:
     parser.add_argument("--allocator", default="paged")
     parser.add_argument("--repeat", type=int, default=1, help="runs per scale")
     args = parser.parse_args()
-    model, gpu = get_model("llama-2-7b"), get_gpu("a100-80gb")
-    capacity = plan_kv_capacity(model, gpu, swap_space_gib=4.0)
-    step_model = make_step_model("roofline", model, gpu)
-    swap = make_swap_cost(model, gpu, 16)
+    config = resolve(Options(allocators=args.allocator, jobs=1))
+    costs = build_costs(config)
     base = load_trace(args.trace)
     if args.limit:
         base = limit(base, args.limit)
     print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, "
-          f"{len(base)} requests, {capacity.num_gpu_blocks} blocks")
+          f"{len(base)} requests, {config.cache.num_gpu_blocks} blocks")
     runs = [float(s) for s in args.scales.split(",")] * args.repeat
     for scale in runs:
         trace = scale_rate(base, scale) if scale != 1 else base
         before = probe()
-        config = SchedulerConfig(num_gpu_blocks=capacity.num_gpu_blocks,
-                                 num_cpu_blocks=capacity.num_cpu_blocks)
         wall, cpu = time.perf_counter(), time.process_time()
-        result = run_allocator(args.allocator, trace, config, step_model, swap.time_s)
+        result = replay(args.allocator, config, trace, costs)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         s = result.summary
         print(f"rate x{scale:g}: {wall:.1f} s wall ({len(trace) / wall:.0f} req/s), "

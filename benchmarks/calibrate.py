@@ -30,7 +30,7 @@ from kernels.execute.output import METHOD, STEP_FIELDS, AtomicWriter, environmen
 from kernels.execute.step import ExecOptions, execute_record
 from kernels.execute.timing import TimingOptions
 from kernels.validate.log import SeqRecord, StepRecord
-from sim.models import get_model
+from sim.cost.models import get_model
 
 FORMAT, FORMAT_VERSION = "pagedsim-step-calibration", 1
 # (decodes, decode context, prefill new tokens, cached prefix): one point each.

@@ -1,7 +1,7 @@
 """pagedsim reports: plots, an HTML page and a Markdown summary from simulator result files.
 
 Reads only the files ``simulate.py`` writes (summary.json, steps.parquet, requests.parquet,
-config.json, trace_summary.json; described column by column in sim/results_schema.json; a
+config.json, trace_summary.json; described column by column in sim/results/results_schema.json; a
 sweep's sweep.parquet; a capacity search's capacity.json) and never imports ``sim``.
 ``build_report(result_dir)`` writes report.html, report.md and one image per figure beside the
 results; ``python -m reports DIR ...`` does the same from a shell.

@@ -1,6 +1,6 @@
 """Every name reports/ reads from the result files, in one place.
 
-The simulator documents its files column by column in ``sim/results_schema.json``; this module
+The simulator documents its files column by column in ``sim/results/results_schema.json``; this module
 lists the subset the plots need (so a renamed column is fixed here only) and reads that schema
 file by path, never by importing ``sim``. Labels and units for the summary table live here too.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from reports.errors import ReportError
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "sim" / "results_schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "sim" / "results" / "results_schema.json"
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 
 SUMMARY_FILE = "summary.json"

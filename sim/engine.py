@@ -1,29 +1,67 @@
-"""The SimPy model of one serving engine: an arrival process and an engine process.
+"""The SimPy model of one serving engine, and one allocator's replay of a trace through it.
 
 Arrivals replay the trace's times, putting each request in the scheduler's waiting queue and
 waking the engine if it sleeps. The engine loops: schedule a step, ``yield`` its predicted
 duration (step-time model plus any swap traffic over PCIe; a step without swaps adds none, so
-``swap_time(0)`` must be 0), apply the results, record the
-step with a memory snapshot. When nothing can run it sleeps until the next arrival. Both are
-short generators, SimPy's idiom; all the logic lives in the scheduler.
+``swap_time(0)`` must be 0), then the scheduler applies and records it. When nothing can run
+it sleeps until the next arrival. Both are short generators, SimPy's idiom; all the logic
+lives in the scheduler. ``replay`` builds the manager, workload and scheduler for one
+allocator, runs SimPy and checks the end state: ``check_invariants()`` (after every step with
+``debug``) and no leaked block once every request has left.
+
+The cyclic garbage collector is paused while SimPy runs: a run allocates millions of
+short-lived objects, all freed by reference counting (no request or step leaves a reference
+cycle behind; ``tests/unit/test_run_garbage.py`` checks), so the collector's passes over a
+growing heap only cost time (about 4% of a long replay).
 """
 from __future__ import annotations
 
+import gc
 import math
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import simpy
 
-if TYPE_CHECKING:
-    from sim.admission import Admission
-    from sim.metrics import RunLog
-    from sim.plan import StepPlan
-    from sim.step_base import StepModel, StepTime
-    from sim.workload import Workload
+from allocator.interface import KVManager, ManagerConfig
+from allocator.paged import PagedKVCacheManager
+from allocator.registry import make_manager
+from sim.config import RunConfig
+from sim.cost.step_base import StepModel, StepTime
+from sim.cost.step_model import make_step_model
+from sim.cost.swap_cost import make_swap_cost
+from sim.results.metrics import RunLog, summarize
+from sim.sched.admission import fits_empty_pool
+from sim.sched.coast import Coaster
+from sim.sched.plan import StepPlan
+from sim.sched.scheduler import Scheduler, SimulationError, uses_fast_path
+from sim.workload.block_hash import make_hasher
+from sim.workload.sequence import Group
+from sim.workload.workload import Workload
+from traces import Trace
 
-Snapshot = Callable[[], tuple[int, ...]]
+Hook = Callable[[StepPlan, StepTime, float], None]
+"""Called with a step's plan, step time and start: before it runs, or after it is applied."""
+CONTIGUOUS = ("paged-nocache", "max", "pow2", "oracle", "ft")
+"""Built-in allocators without prefix caching."""
+
+
+class Costs(NamedTuple):
+    """What a step costs: the step-time model and the PCIe swap time of k blocks."""
+
+    step_model: StepModel
+    swap_time: Callable[[int], float]
+
+
+def build_costs(config: RunConfig) -> Costs:
+    """The cost models of a configuration (built in every process that replays it)."""
+    model, gpu, tp = config.model, config.gpu.spec, config.gpu.tp
+    dtype = config.cache.kv_cache_dtype
+    step_model = make_step_model(config.cost.step_model, model, gpu, tp, kv_cache_dtype=dtype)
+    swap = make_swap_cost(model, gpu, config.cache.block_size, tp=tp, kv_cache_dtype=dtype)
+    return Costs(step_model, swap.time_s)
 
 
 @dataclass(slots=True)
@@ -36,45 +74,42 @@ class EngineState:
     next_arrival: float = -math.inf
     """The exact time of the next arrival event (inf after the last; -inf before the arrival
     process has started)."""
-    on_plan: list[Callable[[StepPlan, StepTime, float], None]] = field(default_factory=list)
-    on_step: list[Callable[[StepPlan, StepTime, float], None]] = field(default_factory=list)
+    on_plan: list[Hook] = field(default_factory=list)
+    on_step: list[Hook] = field(default_factory=list)
 
 
-def arrivals(env: simpy.Environment, workload: Workload, sched: Admission,
+def arrivals(env: simpy.Environment, workload: Workload, sched: Scheduler,
              state: EngineState) -> Generator[simpy.Event, Any, None]:
     """Replay arrival times; each request joins the waiting queue at its time."""
-    times = workload.arrivals
-    for index, when in enumerate(times):
+    add = sched.admission.add_group
+    for index, when in enumerate(workload.arrivals):
         now = env.now
         if when > now:
             delay = when - now
             state.next_arrival = now + delay  # the time SimPy gives the timeout
             yield env.timeout(delay)
-        sched.add_group(workload.make_group(index))
+        add(workload.make_group(index))
         state.num_arrived = index + 1
         if state.wake is not None and not state.wake.triggered:
             state.wake.succeed()
     state.next_arrival = math.inf
 
 
-def engine(env: simpy.Environment, sched: Any, model: StepModel, swap_time: Callable[[int], float],
-           log: RunLog, snapshot: Snapshot, state: EngineState,
+def engine(env: simpy.Environment, sched: Scheduler, costs: Costs, state: EngineState,
            total: int) -> Generator[simpy.Event, Any, None]:
     """Schedule, run and apply steps until every request has left.
 
-    A scheduler with ``coast`` (the fast path) runs its quiet steps before the next arrival
-    in one go, under one timeout, when no hook watches individual steps.
+    With the fast path the quiet steps before the next arrival run in one go, under one
+    timeout, when no hook watches individual steps.
     """
+    model, swap_time = costs
     stalled: tuple[int, ...] | None = None
-    coast = getattr(sched, "coast", None)
-    if state.on_plan or state.on_step or model.decode_context_cap is not None:
-        coast = None
+    coast = not (state.on_plan or state.on_step or model.decode_context_cap is not None)
     while True:
         plan = sched.schedule(env.now)
         if plan is None:
-            marker = (sched.epoch, len(sched.waiting), len(sched.swapped), len(sched.running),
-                      len(log.groups))
-            if marker != stalled and (sched.waiting or sched.swapped or sched.running):
+            marker = sched.marker()
+            if marker != stalled and sched.has_work():
                 stalled = marker
                 continue
             if state.num_arrived == total:
@@ -93,18 +128,23 @@ def engine(env: simpy.Environment, sched: Any, model: StepModel, swap_time: Call
         for hook in state.on_plan:
             hook(plan, st, start)
         yield env.timeout(duration)
-        sched.apply(plan, env.now, start)
-        record_step(log, sched, plan, st, start, duration, swap_s, snapshot())
+        sched.complete(plan, st, start, duration, swap_s)
         for hook in state.on_step:
             hook(plan, st, start)
-        if coast is not None:
-            now = env.now
-            end = coast(now, state.next_arrival, model, log)
-            if end is not None:
-                yield env.timeout(end - now)
-                if env.now != end:
-                    raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
-                sched.after_coast(log)
+        if coast and sched.coaster is not None:
+            yield from _coast(env, sched.coaster, state.next_arrival, model)
+
+
+def _coast(env: simpy.Environment, coaster: Coaster, horizon: float,
+           model: StepModel) -> Generator[simpy.Event, Any, None]:
+    """The quiet steps before ``horizon`` (the next arrival), under one timeout."""
+    now = env.now
+    end = coaster.coast(now, horizon, model)
+    if end is not None:
+        yield env.timeout(end - now)
+        if env.now != end:
+            raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
+        coaster.after_coast()
 
 
 def predict(model: StepModel, plan: StepPlan) -> StepTime:
@@ -115,14 +155,103 @@ def predict(model: StepModel, plan: StepPlan) -> StepTime:
     return model.predict_split(num_decode, context, prefills)
 
 
-def record_step(log: RunLog, sched: Any, plan: StepPlan, st: StepTime, start: float,
-                duration: float, swap_s: float, snap: tuple[int, ...]) -> None:
-    """Append one row in ``metrics.STEP_COLUMNS`` order."""
-    num_decode, _, prefills, total = plan.split()
-    log.steps.append((
-        sched.step_index - 1, start, duration, st.attention_s, st.linear_s, st.overhead_s,
-        swap_s, len(sched.running), sched.num_running_groups, sched.num_waiting(),
-        len(sched.swapped), num_decode + len(prefills), total - num_decode, num_decode,
-        *snap, plan.prefix_queries, plan.prefix_hits, plan.num_preemptions, plan.num_copies,
-        plan.swap_out_blocks, plan.swap_in_blocks,
-    ))
+@dataclass(slots=True)
+class RunResult:
+    """One allocator's records and summary."""
+
+    name: str
+    log: RunLog
+    summary: dict[str, Any]
+    counters: dict[str, Any]
+    fast: bool
+
+
+def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
+           progress: Callable[[int], None] | None = None, log_writer: Any = None) -> RunResult:
+    """Simulate ``trace`` with the manager called ``name``; raise SimulationError on a leak.
+
+    Args:
+        progress: called with the number of requests that have left, as each one leaves.
+        log_writer: records the allocation log (``sim/results/alloc_log.py``'s StepWriter).
+    """
+    wall = time.perf_counter()
+    caching = config.cache.prefix_caching and name not in CONTIGUOUS
+    manager = _make_manager(name, config, caching)
+    cache = config.cache
+    workload = Workload(trace, config, make_hasher(cache.block_size, cache.block_hash)
+                        if caching else None)
+    log = RunLog(len(trace))
+    paged = isinstance(manager, PagedKVCacheManager)
+    sched = Scheduler(manager, config, workload, log,
+                      fast=uses_fast_path(manager, config, workload), independent=not paged,
+                      request_batching=name == "ft",
+                      can_ever_fit=fits_empty_pool(config)
+                      if paged and config.model.sliding_window is None else None)
+    if progress is not None:
+        def leave(group: Group) -> None:
+            log.add_group(group)
+            progress(len(log.groups))
+        sched.state.on_finish = sched.state.on_reject = leave
+    state = _engine_state(sched, config.scheduler.debug, log_writer)
+    env = simpy.Environment()
+    env.process(arrivals(env, workload, sched, state))
+    env.process(engine(env, sched, costs, state, len(trace)))
+    collecting = gc.isenabled()
+    gc.disable()  # see the module docstring
+    try:
+        env.run()
+    finally:
+        if collecting:
+            gc.enable()
+    return _finish(name, sched, caching, cache.block_size, time.perf_counter() - wall)
+
+
+def _engine_state(sched: Scheduler, debug: bool, log_writer: Any) -> EngineState:
+    """The engine's shared state with the hooks that watch single steps."""
+    state = EngineState()
+    if debug:
+        state.on_step.append(lambda plan, st, start: sched.check())
+    if log_writer is not None:
+        state.on_plan.append(lambda plan, st, start: log_writer.plan(sched, plan, st, start))
+        state.on_step.append(lambda plan, st, start: log_writer.step(sched, plan, st, start))
+    return state
+
+
+def _make_manager(name: str, config: RunConfig, caching: bool) -> KVManager:
+    cache = config.cache
+    return make_manager(name, ManagerConfig(
+        num_gpu_blocks=cache.num_gpu_blocks, block_size=cache.block_size,
+        max_model_len=config.scheduler.max_model_len, enable_caching=caching,
+        sliding_window=config.model.sliding_window, num_cpu_blocks=cache.num_cpu_blocks,
+        placement=cache.placement, log_stats=False))
+
+
+def _finish(name: str, sched: Scheduler, caching: bool, block_size: int,
+            wall_s: float) -> RunResult:
+    """End-of-run checks, the summary and the counters."""
+    manager, log, state = sched.manager, sched.log, sched.state
+    manager.check_invariants()
+    snap = manager.memory_snapshot()
+    held = snap.capacity - snap.cached_evictable - snap.external_frag - snap.free
+    leaked = -(-held // block_size)
+    left = len(state.running) + len(state.waiting) + len(state.swapped)
+    if leaked or left or len(log.groups) != log.num_requests:
+        raise SimulationError(f"{name}: run ended with {leaked} leaked blocks, {left} requests "
+                              f"still queued, {len(log.groups)}/{log.num_requests} accounted")
+    summary = summarize(log, snap.capacity, caching=caching, leaked_blocks=leaked,
+                        num_cow_copies=state.num_cow_copies, wall_s=wall_s)
+    coaster = sched.coaster
+    counters = {
+        "num_truncated": sum(1 for g in log.groups if g.truncated),
+        "num_rejected_prompt_too_long": sum(1 for g in log.groups
+                                            if g.reject_reason == "prompt_too_long"),
+        "num_rejected_exceeds_pool": sum(1 for g in log.groups
+                                         if g.reject_reason == "exceeds_pool"),
+        "num_steps": len(log.steps),
+        "num_swap_fallbacks": state.num_swap_fallbacks,
+        "num_fork_copied_slots": getattr(manager, "num_fork_copied_slots", 0),
+        "fast_path": sched.steady is not None,
+        "num_coasted_steps": coaster.num_coasted if coaster is not None else 0,
+        "num_coasted_finishing_steps": coaster.num_coasted_finishing if coaster else 0,
+    }
+    return RunResult(name, log, summary, counters, sched.steady is not None)

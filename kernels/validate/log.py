@@ -1,6 +1,6 @@
 """Read the simulator's allocation log (`allocation_log.jsonl.gz`) without importing `sim/`.
 
-The format is documented in `sim/results_schema.json` ("allocation_log.jsonl.gz"): per
+The format is documented in `sim/results/results_schema.json` ("allocation_log.jsonl.gz"): per
 allocator a header line, then one line per step. This module streams the lines, checks the
 fields the validator uses (a bad one is a `LogError` naming file, line and field) and turns
 them into small records. It also decides which steps `--steps N` validates.

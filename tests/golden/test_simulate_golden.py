@@ -97,7 +97,7 @@ def test_shortcut_gives_byte_identical_files(tmp_path: Path) -> None:
 def test_output_files_follow_the_schema(tmp_path: Path) -> None:
     """Every file exists, carries schema_version, and parquet columns are the schema's."""
     _simulate(tmp_path, CASES["default_swap"])
-    schema = json.loads((ROOT / "sim" / "results_schema.json").read_text())
+    schema = json.loads((ROOT / "sim" / "results" / "results_schema.json").read_text())
     for name in ("summary.json", "config.json", "trace_summary.json"):
         data = json.loads((tmp_path / name).read_text())
         assert data["schema_version"] == schema["schema_version"]

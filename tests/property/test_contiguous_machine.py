@@ -23,9 +23,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from allocator.arena import Region, SlotArena, make_arena
+from allocator.arena import Region, SlotArena
 from allocator.arena_buddy import BuddyArena, power_of_two_chunks
 from allocator.contiguous import ContiguousManager
+from allocator.placement import make_arena
 from allocator.request import Request
 from allocator.reservation import get_policy
 from allocator.waste import final_kv_slots

@@ -7,11 +7,17 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.gpus import get_gpu
-from sim.models import get_model
-from sim.step_model import PolyStepModel, RooflineStepModel, StepModel, StepTime, TableStepModel
-from sim.step_poly import Coefficients
-from sim.step_table import load_calibration
+from sim.cost.gpus import get_gpu
+from sim.cost.models import get_model
+from sim.cost.step_model import (
+    PolyStepModel,
+    RooflineStepModel,
+    StepModel,
+    StepTime,
+    TableStepModel,
+)
+from sim.cost.step_poly import Coefficients
+from sim.cost.step_table import load_calibration
 
 ENTRY = st.tuples(st.integers(1, 3000), st.integers(0, 40000))
 BATCH = st.lists(ENTRY, min_size=1, max_size=12)

@@ -1,7 +1,7 @@
 """Small real simulator runs shared by the tests/unit/test_reports_*.py files.
 
 Each run is made once per test session (in-process through ``sim.cli.main``, or
-``sim.sweep.main`` for the sweep) under pytest's session temporary directory and reused by
+``sim.sweep.run.main`` for the sweep) under pytest's session temporary directory and reused by
 every reports test file that asks for it, so the whole reports suite stays fast.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def rate_runs(factory: pytest.TempPathFactory) -> list[Path]:
 def sweep_dir(factory: pytest.TempPathFactory) -> Path:
     """A real ``python -m sim.sweep`` directory: rate_scale 1 and 8, paged and max."""
     if "sweep" not in _CACHE:
-        from sim.sweep import main
+        from sim.sweep.run import main
 
         root = factory.getbasetemp() / "reports_runs"
         root.mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ def sweep_dir(factory: pytest.TempPathFactory) -> Path:
 def capacity_dir(factory: pytest.TempPathFactory) -> Path:
     """A real ``python -m sim.sweep --capacity`` directory: paged and max, a loose search."""
     if "capacity" not in _CACHE:
-        from sim.sweep import main
+        from sim.sweep.run import main
 
         root = factory.getbasetemp() / "reports_runs"
         root.mkdir(parents=True, exist_ok=True)

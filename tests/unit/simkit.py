@@ -2,14 +2,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
-from sim.options import SchedulerConfig
-from sim.run import RunResult, run_allocator
-from sim.step_base import StepModel, StepTime
+from sim.config import (
+    CacheConfig,
+    GpuConfig,
+    OutputConfig,
+    RunConfig,
+    SchedulerConfig,
+    WorkloadConfig,
+)
+from sim.cost.gpus import get_gpu
+from sim.cost.models import get_model
+from sim.cost.step_base import StepModel, StepTime
+from sim.engine import Costs, RunResult, replay
 from traces import Trace, TraceRequest
 
 STEP_S = 0.01
+_PARTS = {"cache": CacheConfig, "scheduler": SchedulerConfig, "workload": WorkloadConfig,
+          "output": OutputConfig}
 
 
 class FixedStep(StepModel):
@@ -26,13 +38,41 @@ def make_trace(rows: Sequence[tuple[float, int, int]], **kwargs: Any) -> Trace:
     return Trace.from_requests(reqs, **kwargs)
 
 
+def run_config(**options: Any) -> RunConfig:
+    """Llama-2-7B on one A100-80GB with 64 blocks; each option goes to the part (cache,
+    scheduler, workload, output) that has a field of its name."""
+    options.setdefault("num_gpu_blocks", 64)
+    parts: dict[str, dict[str, Any]] = {name: {} for name in _PARTS}
+    for key, value in options.items():
+        part = next((name for name, cls in _PARTS.items()
+                     if key in {f.name for f in fields(cls)}), None)
+        if part is None:
+            raise TypeError(f"no configuration part has a field {key!r}")
+        parts[part][key] = value
+    return RunConfig(model=get_model("llama-2-7b"), gpu=GpuConfig(get_gpu("a100-80gb")),
+                     **{name: cls(**parts[name]) for name, cls in _PARTS.items()})
+
+
 def simulate(trace: Trace, name: str = "paged", model: StepModel | None = None,
              swap_time: Any = None, **options: Any) -> RunResult:
-    """Run one allocator on ``trace`` with SchedulerConfig(**options) (64 blocks default)."""
-    options.setdefault("num_gpu_blocks", 64)
-    config = SchedulerConfig(**options)
-    return run_allocator(name, trace, config, model or FixedStep(),
-                         swap_time or (lambda blocks: 0.0))
+    """Run one allocator on ``trace`` with ``run_config(**options)`` (64 blocks default)."""
+    costs = Costs(model or FixedStep(), swap_time or (lambda blocks: 0.0))
+    return replay(name, run_config(**options), trace, costs)
+
+
+def fast_and_reference(trace: Trace, name: str = "paged", model: StepModel | None = None,
+                       **options: Any) -> tuple[RunResult, RunResult]:
+    """The same run with the fast path and with the reference loop; asserts that every step
+    row, request row and summary value (wall time aside) is the same."""
+    fast = simulate(trace, name, model, fast=True, **options)
+    ref = simulate(trace, name, model, fast=False, **options)
+    assert fast.fast and not ref.fast
+    assert fast.log.step_columns() == ref.log.step_columns()
+    assert fast.log.request_columns() == ref.log.request_columns()
+    sa, sb = dict(fast.summary), dict(ref.summary)
+    del sa["wall_s"], sb["wall_s"]
+    assert sa == sb
+    return fast, ref
 
 
 def rows(result: RunResult) -> list[dict[str, Any]]:

@@ -1,80 +1,58 @@
-"""Unit tests for allocator/admission.py and the admission gate of KVCacheManager (0.19+):
-the full-sequence check, the watermark and the sliding-window admission cap."""
-
+"""Admission (sim/sched/admission.py): prefix hits, up-front and late rejections, seats,
+contiguous regions and request-level batches, each worked out on paper."""
 from __future__ import annotations
 
 import pytest
 
-from allocator.admission import admission_cap, watermark_blocks
-from allocator.kv_cache_manager import KVCacheManager
-from allocator.kv_cache_spec import KVCacheConfig
-from allocator.profiles import profile_for
-from allocator.request import Request, RequestStatus
+from tests.unit.simkit import STEP_S, make_trace, rows, simulate, steps
+from traces import add_system_prompt
 
 
-def manager(version: str, num_blocks: int = 4, bs: int = 4, window: int | None = None,
-            **kw: object) -> KVCacheManager:
-    return KVCacheManager(KVCacheConfig(num_blocks, bs, window), 64, enable_caching=False,
-                          vllm_profile=profile_for(version), **kw)  # type: ignore[arg-type]
+def test_two_requests_share_a_prefix() -> None:
+    """82-token prompts (32 shared): the second hits the first's two full shared blocks."""
+    trace = add_system_prompt(make_trace([(0.0, 50, 3), (1.0, 50, 3)]), 32)
+    result = simulate(trace)
+    first, second = rows(result)
+    assert first["cached_tokens"] == 0
+    assert second["cached_tokens"] == 32
+    assert result.summary["prefix_hit_rate"] == pytest.approx(32 / (82 + 82))
+    nocache = simulate(trace, "paged-nocache")
+    assert rows(nocache)[1]["cached_tokens"] == 0
+    assert nocache.summary["prefix_hit_rate"] is None
 
 
-def test_admission_cap_formula() -> None:
-    """cdiv(min(window - 1 + tokens, max_model_len), bs) + 1 for sliding windows only."""
-    swa = KVCacheConfig(8, 4, 5)
-    assert admission_cap(swa, 64, 8, profile_for("0.33")) == 4       # cdiv(12, 4) + 1
-    assert admission_cap(swa, 10, 8, profile_for("0.33")) == 4       # cdiv(10, 4) + 1
-    assert admission_cap(swa, 64, None, profile_for("0.33")) == 17   # cdiv(64, 4) + 1
-    assert admission_cap(swa, 64, 8, profile_for("0.19")) is None    # no cap before 0.20
-    assert admission_cap(KVCacheConfig(8, 4), 64, 8, profile_for("0.33")) is None
-    with pytest.raises(ValueError, match="max_in_flight_tokens"):
-        admission_cap(swa, 64, 0, profile_for("0.33"))
+@pytest.mark.parametrize("name", ["paged", "oracle"])
+def test_request_larger_than_the_pool_is_rejected(name: str) -> None:
+    """2 usable blocks (32 slots): 20 + 20 tokens needs 39 (Oracle: 40) slots and can never
+    run; the paged check is up front, the contiguous one when the request fails alone."""
+    trace = make_trace([(0.0, 20, 20), (0.0, 10, 5)])
+    result = simulate(trace, name, num_gpu_blocks=3, max_model_len=48)
+    big, small = rows(result)
+    assert big["status"] == "rejected" and big["rejection_reason"] == "exceeds_pool"
+    assert small["status"] == "finished"
+    assert result.summary["leaked_blocks"] == 0
 
 
-def test_watermark_blocks() -> None:
-    """int(watermark x num_blocks); out-of-range watermarks are refused."""
-    assert watermark_blocks(0.1, KVCacheConfig(25, 4)) == 2
-    with pytest.raises(ValueError, match="watermark"):
-        watermark_blocks(1.0, KVCacheConfig(25, 4))
+def test_max_num_seqs_caps_the_batch() -> None:
+    """max_num_seqs 2: the third request waits for a slot."""
+    result = simulate(make_trace([(0.0, 10, 5)] * 3), max_num_seqs=2)
+    assert max(steps(result)["num_running_seqs"]) == 2
+    assert rows(result)[2]["first_scheduled_s"] == pytest.approx(5 * STEP_S)
 
 
-def test_can_fit_matches_allocate_slots_gate() -> None:
-    """P7 through both APIs: the whole 16-token prompt needs 4 of 3 free blocks."""
-    for version in ("0.19", "0.33"):
-        kv = manager(version)
-        request = Request("r", range(16), 4)
-        assert not kv.can_fit_full_sequence(request)
-        assert kv.allocate_slots(request, 4, full_sequence_must_fit=True) is None
-        assert kv.block_pool.get_num_free_blocks() == 3
-        assert kv.allocate_slots(request, 4) is not None  # no gate: first chunk only
+def test_contiguous_waits_for_a_region() -> None:
+    """Max reserves max_model_len (64 slots): a 64-slot arena holds one request at a time."""
+    trace = make_trace([(0.0, 10, 5), (0.0, 10, 5)])
+    result = simulate(trace, "max", num_gpu_blocks=5, max_model_len=64)
+    first, second = rows(result)
+    assert second["first_scheduled_s"] == pytest.approx(first["finish_s"])
+    assert result.summary["kv_reserved_frac"] > 0
 
 
-def test_watermark_applies_to_waiting_requests_with_others_scheduled() -> None:
-    """A 1-block admission into 2 free blocks fails with a 2-block watermark unless nothing
-    else is scheduled or the request is running."""
-    kv = manager("0.33", num_blocks=10, watermark=0.2)
-    kv.allocate_slots(Request("a", range(28), 4), 28)
-    waiting = Request("w", range(3), 4)
-    assert kv.allocate_slots(waiting, 3, has_scheduled_reqs=True) is None
-    assert kv.allocate_slots(waiting, 3, has_scheduled_reqs=False) is not None
-    running = Request("x", range(3), 4)
-    running.status = RequestStatus.RUNNING
-    assert kv.allocate_slots(running, 3) is not None
-
-
-def test_reserved_blocks() -> None:
-    """reserved_blocks shrinks the free count the per-chunk check may use."""
-    kv = manager("0.33", num_blocks=4)
-    assert kv.allocate_slots(Request("r", range(8), 4), 8, reserved_blocks=2) is None
-    assert kv.allocate_slots(Request("r", range(8), 4), 8, reserved_blocks=1) is not None
-
-
-def test_swa_cap_binds_in_the_full_sequence_check_only() -> None:
-    """A long sliding-window prompt passes the gate under the cap (0.21+), which 0.20 also
-    applies to each chunk's check."""
-    kv = manager("0.33", num_blocks=6, window=4, max_in_flight_tokens=4)
-    request = Request("r", range(40), 4)
-    assert kv.can_fit_full_sequence(request)   # cap cdiv(7, 4) + 1 = 3 <= 5 free
-    assert not manager("0.33", num_blocks=6, window=4).can_fit_full_sequence(request)
-    assert kv.single_type_manager.get_num_blocks_to_allocate("r", 40, [], 0) == 10
-    old = manager("0.20", num_blocks=6, window=4, max_in_flight_tokens=4)
-    assert old.single_type_manager.get_num_blocks_to_allocate("r", 40, [], 0) == 3
+def test_ft_runs_request_level_batches() -> None:
+    """FT: a request arriving while a batch runs waits until the whole batch is done."""
+    trace = make_trace([(0.0, 10, 20), (0.0, 10, 2), (0.005, 10, 2)])
+    orca = rows(simulate(trace, "max", num_gpu_blocks=65, max_model_len=64))
+    ft = rows(simulate(trace, "ft", num_gpu_blocks=65, max_model_len=64))
+    assert orca[2]["first_scheduled_s"] < orca[0]["finish_s"]
+    assert ft[2]["first_scheduled_s"] == pytest.approx(ft[0]["finish_s"])

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.alloc_log import read_log
 from sim.cli import main
+from sim.results.alloc_log import read_log
 
 
 def test_log_records_tables_slots_and_copies(tmp_path: Path) -> None:

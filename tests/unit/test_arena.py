@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from allocator.arena import Region, make_arena
+from allocator.arena import Region
 from allocator.arena_buddy import BuddyArena, order_for, power_of_two_chunks
 from allocator.arena_first_fit import FirstFitArena
 from allocator.arena_holes import HoleSet
 from allocator.interface import NoFreeBlocksError
+from allocator.placement import make_arena
 
 
 def test_order_for_rounds_up_to_a_power_of_two() -> None:

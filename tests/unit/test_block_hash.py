@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.block_hash import FastBlockHasher
+from sim.workload.block_hash import FastBlockHasher
 from tests.unit.simkit import make_trace, simulate
 from traces import add_system_prompt
 
@@ -31,16 +31,11 @@ def test_incremental_hashing_matches_whole_sequence() -> None:
 
 def test_fast_and_sha256_give_the_same_hits() -> None:
     """Same run with the fast hash and with vLLM's sha256: identical summaries."""
-    from sim.options import SchedulerConfig
-    from sim.run import run_allocator
-    from tests.unit.simkit import FixedStep
-
     trace = add_system_prompt(make_trace([(0.1 * i, 60 + i, 5) for i in range(12)]), 48,
                               num_prompts=2)
     results = []
     for algo in ("fast", "sha256"):
-        config = SchedulerConfig(num_gpu_blocks=40)
-        r = run_allocator("paged", trace, config, FixedStep(), lambda k: 0.0, block_hash=algo)
+        r = simulate(trace, num_gpu_blocks=40, block_hash=algo)
         summary = dict(r.summary)
         summary.pop("wall_s")
         results.append(summary)

@@ -1,9 +1,9 @@
-"""Tests for sim.capacity: bytes per token, paper Table 1 slot counts and vLLM-style sizing."""
+"""Tests for sim.cost.capacity: bytes per token, paper Table 1 slot counts and vLLM-style sizing."""
 from __future__ import annotations
 
 import pytest
 
-from sim.capacity import (
+from sim.cost.capacity import (
     NON_TORCH_BYTES,
     activation_reserve_bytes,
     block_bytes,
@@ -13,8 +13,8 @@ from sim.capacity import (
     token_slots,
     weight_bytes_per_gpu,
 )
-from sim.gpus import GIB, get_gpu, make_gpu
-from sim.models import ModelConfig, get_model
+from sim.cost.gpus import GIB, get_gpu, make_gpu
+from sim.cost.models import ModelConfig, get_model
 
 KIB, MIB = 1 << 10, 1 << 20
 

@@ -1,5 +1,5 @@
-"""simulate.py's command line: defaults in --help, one-line errors with status 2, lazy
-imports of reports and kernels."""
+"""sim/cli.py: defaults in --help, one-line errors with status 2, a run that loads neither
+reports nor torch."""
 from __future__ import annotations
 
 import subprocess
@@ -51,33 +51,6 @@ def test_failed_run_leaves_earlier_results_intact(tmp_path: Path) -> None:
     assert main(["--limit", "5", "--allocators", "bad", "--out", str(tmp_path)]) == 2
     assert (tmp_path / "summary.json").read_bytes() == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
-
-
-@pytest.mark.parametrize("flag, module", [("--report", "reports"),
-                                          ("--validate", "kernels")])
-def test_report_and_validate_need_their_modules(flag: str, module: str, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
-    """--report / --validate import reports / kernels lazily; when missing: one error line,
-    status 1, and the results are still written."""
-    monkeypatch.setitem(sys.modules, module, None)
-    code = main(["--limit", "3", "--allocators", "paged", "--out", str(tmp_path),
-                 "--no-progress", flag])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1 and len(err) == 1 and flag in err[0]
-    assert (tmp_path / "summary.json").exists()
-
-
-def test_simulate_py_runs_and_prints_config_and_table(tmp_path: Path) -> None:
-    """The thin entry point: resolved configuration first, then the comparison table."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "simulate.py"), "--limit", "4", "--allocators",
-         "paged,max", "--out", str(tmp_path), "--no-progress"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300, check=True)
-    lines = out.stdout.splitlines()
-    assert lines[0] == "pagedsim: resolved configuration"
-    assert any(line.startswith("finished / rejected") for line in lines)
-    assert "paged" in out.stdout and "max" in out.stdout
 
 
 def test_sim_never_imports_reports_or_torch() -> None:

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
+from sim.cost.gpus import get_gpu
+from sim.cost.models import get_model
+from sim.cost.step_model import make_step_model
 from sim.engine import predict
-from sim.gpus import get_gpu
-from sim.models import get_model
-from sim.plan import StepPlan
-from sim.step_model import make_step_model
+from sim.sched.plan import StepPlan
 from tests.unit.simkit import STEP_S, make_trace, rows, simulate, steps
 from traces.synthetic import sharegpt_like
 

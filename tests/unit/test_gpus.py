@@ -1,9 +1,9 @@
-"""Tests for sim.gpus: presets, aliases, custom GPUs and unit conversions."""
+"""Tests for sim.cost.gpus: presets, aliases, custom GPUs and unit conversions."""
 from __future__ import annotations
 
 import pytest
 
-from sim.gpus import GIB, PRESETS, GpuSpec, get_gpu, make_gpu
+from sim.cost.gpus import GIB, PRESETS, GpuSpec, get_gpu, make_gpu
 
 
 @pytest.mark.parametrize(("alias", "name"), [

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.metrics import SUMMARY_KEYS, RunLog, summarize
-from sim.sequence import Group
+from sim.results.metrics import SUMMARY_KEYS, RunLog, summarize
+from sim.workload.sequence import Group
 
 
 def _group(i: int, arrival: float, first: float, finish: float, output: int) -> Group:

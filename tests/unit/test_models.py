@@ -1,4 +1,4 @@
-"""Tests for sim.models: presets, name lookup and local HF config.json reading."""
+"""Tests for sim.cost.models: presets, name lookup and local HF config.json reading."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sim.models import PRESETS, ModelConfig, estimate_num_params, get_model, load_hf_config
+from sim.cost.models import PRESETS, ModelConfig, estimate_num_params, get_model, load_hf_config
 
 LLAMA2_7B_HF: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,

@@ -130,7 +130,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path_factory: pytest.TempPathF
 def test_simulate_report_flag_writes_the_report(tmp_path_factory: pytest.TempPathFactory,
                                                 tmp_path: Path) -> None:
     """simulate.py --report leaves report.html and plots beside the results."""
-    from sim.cli import main as simulate
+    from simulate import main as simulate
 
     trace = tmp_path / "one.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"

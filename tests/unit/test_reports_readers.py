@@ -38,7 +38,7 @@ def test_load_run_reads_every_allocator(run_dir: Path) -> None:
 
 
 def test_every_name_read_is_documented_in_the_schema() -> None:
-    """Each column and summary key reports/ reads is described in sim/results_schema.json."""
+    """Each column and summary key reports/ reads is described in sim/results/results_schema.json."""
     schema = S.load_schema()
     assert schema is not None and schema["schema_version"] in S.SUPPORTED_SCHEMA_VERSIONS
     files = schema["files"]

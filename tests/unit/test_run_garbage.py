@@ -1,4 +1,4 @@
-"""A run leaves no reference cycles per request or per step (sim/run.py pauses the cyclic
+"""A run leaves no reference cycles per request or per step (sim/engine.py pauses the cyclic
 collector while SimPy runs, which is only safe if reference counting frees everything)."""
 from __future__ import annotations
 

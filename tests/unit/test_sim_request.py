@@ -6,11 +6,8 @@ import pytest
 
 from allocator.hashing import get_request_block_hasher, init_none_hash, sha256
 from allocator.request import Request
-from sim.block_hash import FastBlockHasher
-from sim.sim_request import SimRequest
-from sim.workload import Workload
-from tests.unit.simkit import make_trace
-from traces import add_system_prompt
+from sim.workload.block_hash import FastBlockHasher
+from sim.workload.sim_request import SimRequest
 
 
 @pytest.mark.parametrize("kind", ["fast", "sha256", "none"])
@@ -47,33 +44,6 @@ def test_sim_request_rejects_bad_input() -> None:
     req = SimRequest("a", tokens, 8, 4)
     with pytest.raises(ValueError, match="passes the 10 known tokens"):
         req.append_output_token_ids([1, 2, 3])
-
-
-def test_prefetched_tokens_equal_the_trace_contract() -> None:
-    """Rows derived in batches get prompt_token_ids + output_token_ids, as per-row calls do;
-    rows with a shared system prompt are not batched but still get the same tokens."""
-    from sim.options import SchedulerConfig
-
-    rng = np.random.default_rng(4)
-    rows = [(0.1 * i, int(rng.integers(5, 300)), int(rng.integers(1, 60))) for i in range(40)]
-    trace = add_system_prompt(make_trace(rows), 64, fraction=0.5, seed=2)
-    derived = trace.derived_rows()
-    assert 0 < derived.sum() < len(trace)
-    config = SchedulerConfig(num_gpu_blocks=512, max_model_len=256)
-    workload = Workload(trace, config, FastBlockHasher(16))
-    for i in range(len(trace)):
-        group = workload.make_group(i)
-        if group.reject_reason:
-            continue
-        (seq,) = workload.first_seqs(group, split=False)
-        expect = np.concatenate([trace.prompt_token_ids(i),
-                                 trace.output_token_ids(i)[:group.output_len]])
-        assert np.array_equal(seq.req.token_array, expect), i
-        assert seq.req.num_prompt_tokens == group.prompt_len
-        assert np.array_equal(seq.out_ids, expect[group.prompt_len:])
-        table = workload.fast_hasher.hash_tokens(expect)
-        seq.req.append_output_token_ids(list(seq.out_ids))
-        assert seq.req.block_hashes == table
 
 
 def test_precomputed_hashes_match_the_hasher() -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sim.gpus import get_gpu, make_gpu
-from sim.models import ModelConfig, get_model
-from sim.step_model import (
+from sim.cost.gpus import get_gpu, make_gpu
+from sim.cost.models import ModelConfig, get_model
+from sim.cost.step_model import (
     PolyStepModel,
     RooflineStepModel,
     StepTime,
@@ -237,9 +237,9 @@ def test_committed_h200_calibration_table_loads_and_predicts() -> None:
     """The measured H200 table is accepted for Llama-3-8B on an H200 and refused elsewhere."""
     from pathlib import Path
 
-    from sim.gpus import get_gpu
-    from sim.models import get_model
-    from sim.step_model import make_step_model
+    from sim.cost.gpus import get_gpu
+    from sim.cost.models import get_model
+    from sim.cost.step_model import make_step_model
 
     path = Path(__file__).resolve().parents[2] / "sim" / "calibration" / "h200_llama3_8b.csv"
     model = make_step_model(f"table:{path}", get_model("llama-3-8b"), get_gpu("h200-141gb"))

@@ -1,11 +1,11 @@
-"""Tests for sim.swap_cost: PCIe swap time with a fixed cost per copy."""
+"""Tests for sim.cost.swap_cost: PCIe swap time with a fixed cost per copy."""
 from __future__ import annotations
 
 import pytest
 
-from sim.gpus import get_gpu
-from sim.models import get_model
-from sim.swap_cost import PER_COPY_OVERHEAD_S, SwapCost, make_swap_cost, swap_time_s
+from sim.cost.gpus import get_gpu
+from sim.cost.models import get_model
+from sim.cost.swap_cost import PER_COPY_OVERHEAD_S, SwapCost, make_swap_cost, swap_time_s
 
 
 def test_swap_time_by_hand() -> None:

@@ -1,4 +1,4 @@
-"""One sweep cell: options to argv, the trace cache, running and recording (sim/sweep_cell.py)."""
+"""One sweep cell: values to options, the trace cache, running and recording (sim/sweep/cell.py)."""
 from __future__ import annotations
 
 import json
@@ -7,17 +7,10 @@ from typing import Any
 
 import pytest
 
-import traces
-from sim.sweep_cell import (
-    CellTask,
-    OptionError,
-    TraceCache,
-    cell_args,
-    execute_cell,
-    run_cell,
-    to_argv,
-)
-from sim.sweep_store import CELL_FILE, ERROR_FILE
+from sim.cli import parse_options
+from sim.config import OptionError
+from sim.sweep.cell import CellTask, TraceCache, cell_options, execute_cell, run_cell
+from sim.sweep.store import CELL_FILE, ERROR_FILE
 
 TRACE = "Timestamp,Request tokens,Response tokens\n0,100,20\n0.5,60,10\n1.0,80,15\n"
 
@@ -38,16 +31,18 @@ def fake_exit(options: dict[str, Any], out_dir: Path, cache: TraceCache) -> dict
     raise SystemExit(2)
 
 
-def test_to_argv_maps_every_kind_of_option() -> None:
-    """Flags follow simulate.py's parser: --x/--no-x, store_true, store_false, lists, trace."""
-    argv = to_argv({"trace": "/t.csv", "allocators": ["paged", "max"], "chunked_prefill": False,
-                    "prefix_caching": True, "debug": True, "fast": False, "rate_scale": 2.0,
-                    "record_allocation_log": False}, ["--out", "o"])
-    assert argv == ["--allocators=paged,max", "--no-chunked-prefill", "--prefix-caching",
-                    "--debug", "--no-fast", "--rate-scale=2", "--out", "o", "--", "/t.csv"]
-    args = cell_args({"trace": "/t.csv", "block_size": 8, "fast": False}, "dir")
-    assert (args.trace, args.block_size, args.fast, args.out, args.progress) == \
-        ("/t.csv", 8, False, "dir", False)
+def test_cell_options_read_values_as_the_command_line_does() -> None:
+    """Every kind of value (lists, booleans, integral floats, strings of numbers) gives the
+    options the same command line would."""
+    options = cell_options({"trace": "/t.csv", "allocators": ["paged", "max"],
+                            "chunked_prefill": False, "prefix_caching": True, "debug": True,
+                            "fast": False, "rate_scale": 2, "block_size": 8.0,
+                            "num_gpu_blocks": "300", "record_allocation_log": False}, "o")
+    argv = ["/t.csv", "--allocators=paged,max", "--no-chunked-prefill", "--prefix-caching",
+            "--debug", "--no-fast", "--rate-scale=2", "--block-size=8", "--num-gpu-blocks=300",
+            "--out", "o", "--no-progress", "--jobs", "1"]
+    assert options == parse_options(argv)
+    assert isinstance(options.rate_scale, float) and options.block_size == 8
 
 
 @pytest.mark.parametrize("options, key, text", [
@@ -55,30 +50,29 @@ def test_to_argv_maps_every_kind_of_option() -> None:
     ({"debug": 1}, "debug", "expected true or false"),
     ({"block_size": True}, "block_size", "expected a value"),
     ({"block_size": 0}, "block_size", "--block-size"),
+    ({"block_size": 2.5}, "block_size", "invalid int value"),
     ({"preemption": "never"}, "preemption", "invalid choice"),
 ])
 def test_refused_options_name_their_key(options: dict[str, Any], key: str, text: str) -> None:
     """Options simulate.py would refuse raise OptionError naming the option."""
     with pytest.raises(OptionError) as info:
-        cell_args(options, "o")
-    assert info.value.key == key and text in str(info.value)
+        cell_options(options, "o")
+    assert info.value.option == key and text in str(info.value)
 
 
-def test_trace_cache_loads_once_and_restores(tmp_path: Path) -> None:
-    """Within installed(), traces.load_trace answers from the cache; outside it is restored."""
+def test_trace_cache_loads_each_trace_once(tmp_path: Path) -> None:
+    """The cache answers repeated loads of one file (any spelling of its path) with the same
+    trace, and loads again only for other arguments."""
     path = tmp_path / "t.csv"
     path.write_text(TRACE)
     cache = TraceCache()
-    original = traces.load_trace
-    with cache.installed():
-        first = traces.load_trace(path, None, seed=0)
-        again = traces.load_trace(str(path), None, seed=0)
-        other = traces.load_trace(path, None, seed=1)
-        default = traces.default_workload(3)
-        assert traces.default_workload(3) is default
+    first = cache.load_trace(path, None, seed=0)
+    again = cache.load_trace(str(path), None, seed=0)
+    other = cache.load_trace(path, None, seed=1)
+    default = cache.default_workload(3)
+    assert cache.default_workload(3) is default
     assert first is again and other is not first and len(first) == 3
     assert cache.num_loads == 3
-    assert traces.load_trace is original
 
 
 def test_execute_cell_records_success(tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
-"""Sweep spec parsing, axis ranges and cell naming (sim/sweep_spec.py)."""
+"""Sweep spec parsing, axis ranges and cell naming (sim/sweep/spec.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from sim.sweep_spec import (
+from sim.sweep.spec import (
     CapacitySettings,
     SpecError,
     cell_name,

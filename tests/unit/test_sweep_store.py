@@ -1,9 +1,9 @@
-"""Cell directories: atomic commit, finished markers, leftovers (sim/sweep_store.py)."""
+"""Cell directories: atomic commit, finished markers, leftovers (sim/sweep/store.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from sim.sweep_store import (
+from sim.sweep.store import (
     CELL_FILE,
     ERROR_FILE,
     clean_temp,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main as simulate_main
+from simulate import main as simulate_main
 
 TINY_MODEL = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
               "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,

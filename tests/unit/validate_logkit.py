@@ -3,7 +3,7 @@
 `LogKit` scripts a scenario step by step (admit with prefix hits, decode, fork with
 copy-on-write, swap out and in, preempt by recompute, finish) against
 `allocator.paged.PagedKVCacheManager` and writes each step in the allocation-log format of
-`sim/results_schema.json`, without the simulator (so it also runs where simpy is missing).
+`sim/results/results_schema.json`, without the simulator (so it also runs where simpy is missing).
 `scenario_log` is the standard scenario that touches every event kind. The header's `model`
 section carries the whole architecture the executor needs (a tiny dense model by default;
 `arch` overrides or adds fields, e.g. the MoE ones).

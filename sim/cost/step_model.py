@@ -1,0 +1,72 @@
+"""Step-time models behind one interface, chosen by `--step-model`.
+
+`predict(batch) -> StepTime(attention_s, linear_s, overhead_s)` with batch a sequence of
+(new_tokens, context_tokens) per scheduled sequence; `predict_split(num_decode,
+sum_decode_context, prefills)` is the same computation from running sums (step_base.py).
+Specs: 'roofline' (default; options as 'roofline:hbm_eff=0.8,flops_eff=0.6,overhead_ms=2,
+per_seq_us=10'), 'poly:FILE' (step_poly.py) and 'table:FILE' (step_table.py).
+"""
+from __future__ import annotations
+
+from sim.cost.capacity import KV_CACHE_DTYPES
+from sim.cost.gpus import GpuSpec
+from sim.cost.models import ModelConfig
+from sim.cost.step_base import StepModel, StepTime, causal_pairs
+from sim.cost.step_poly import PolyStepModel
+from sim.cost.step_roofline import RooflineStepModel
+from sim.cost.step_table import TableStepModel
+
+__all__ = [
+    "PolyStepModel",
+    "RooflineStepModel",
+    "StepModel",
+    "StepTime",
+    "TableStepModel",
+    "causal_pairs",
+    "make_step_model",
+]
+
+# spec option -> (RooflineStepModel keyword, unit factor)
+_ROOFLINE_OPTIONS = {"hbm_eff": ("hbm_efficiency", 1.0), "flops_eff": ("flops_efficiency", 1.0),
+                     "overhead_ms": ("overhead_s", 1e-3),
+                     "per_seq_us": ("per_seq_overhead_s", 1e-6)}
+
+
+def _roofline_options(spec: str, text: str) -> dict[str, float]:
+    options: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in _ROOFLINE_OPTIONS:
+            raise ValueError(f"--step-model {spec!r}: unknown roofline option {item!r}; "
+                             f"known: {', '.join(_ROOFLINE_OPTIONS)} (as key=value)")
+        name, unit = _ROOFLINE_OPTIONS[key.strip()]
+        try:
+            options[name] = float(value) * unit
+        except ValueError as exc:
+            raise ValueError(f"--step-model {spec!r}: {key.strip()} needs a number") from exc
+    return options
+
+
+def make_step_model(spec: str, model: ModelConfig, gpu: GpuSpec, tp: int = 1, *,
+                    kv_cache_dtype: str = "auto") -> StepModel:
+    """Build the step-time model named by `spec` for `model` on `tp` x `gpu`.
+
+    Raises:
+        ValueError: unknown spec, bad option, unreadable or invalid file, or a poly/table file
+            measured for another model, GPU or tp (one line naming the file).
+    """
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} not in {sorted(KV_CACHE_DTYPES)}")
+    kind, _, arg = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind == "roofline":
+        return RooflineStepModel(model, gpu, tp, kv_cache_dtype=kv_cache_dtype,
+                                 **_roofline_options(spec, arg))
+    if kind in ("poly", "table") and not arg.strip():
+        raise ValueError(f"--step-model {spec!r}: {kind} needs a file, as {kind}:FILE")
+    if kind == "poly":
+        return PolyStepModel.from_file(arg.strip(), model, gpu, tp)
+    if kind == "table":
+        resolved = model.dtype if kv_cache_dtype == "auto" else kv_cache_dtype
+        return TableStepModel.from_file(arg.strip(), model, gpu, tp, kv_cache_dtype=resolved)
+    raise ValueError(f"--step-model {spec!r}: expected roofline[:k=v,...], poly:FILE or table:FILE")

@@ -1,0 +1,88 @@
+"""Roofline step time: each part takes max(bytes / HBM bandwidth, FLOPs / peak FLOP/s).
+
+Per GPU with tensor-parallel degree t (Hq = heads/t, Hkv = kv_heads_per_gpu, d = head_dim,
+L = layers, h = hidden, I' = intermediate/t, V' = vocab/t, m = 3 gated MLP or 2 for OPT,
+w = weight bytes, kv = KV bytes per token per GPU, T = new tokens, S = sequences):
+  linear:    bytes = w x (L x P + h x V') + T x w x (L x (4h + 2(Hq + Hkv)d + m I') + h)
+             FLOPs = 2 x T x L x P + 2 x S x h x V'    (one logits row per sequence)
+             where P = h(Hq + 2 Hkv)d + Hq d h + m h I' (weights of one layer's matmuls)
+  attention: bytes = kv x sum(keys read) + T x (kv + 2 x L x Hq x d x w)  (KV write, q in, o out)
+             FLOPs = 4 x L x Hq x d x sum(causal (query, key) pairs)
+  overhead:  overhead_s + per_seq_overhead_s x S
+Bandwidth and peak are scaled by hbm_efficiency and flops_efficiency (1.0: an optimistic bound).
+Tensor-parallel all-reduces are not modelled. Exactness: predict and predict_split agree exactly.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sim.cost.capacity import kv_bytes_per_token
+from sim.cost.gpus import GpuSpec
+from sim.cost.models import ModelConfig
+from sim.cost.step_base import (
+    DEFAULT_PER_SEQ_OVERHEAD_S,
+    DEFAULT_STEP_OVERHEAD_S,
+    ZERO_STEP,
+    StepModel,
+    StepTime,
+    causal_pairs,
+)
+
+
+class RooflineStepModel(StepModel):
+    """Analytic step time from the model's shapes and the GPU's datasheet numbers."""
+
+    def __init__(self, model: ModelConfig, gpu: GpuSpec, tp: int = 1, *,
+                 kv_cache_dtype: str = "auto", hbm_efficiency: float = 1.0,
+                 flops_efficiency: float = 1.0, overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+                 per_seq_overhead_s: float = DEFAULT_PER_SEQ_OVERHEAD_S) -> None:
+        if not (0.0 < hbm_efficiency <= 1.0 and 0.0 < flops_efficiency <= 1.0):
+            raise ValueError("roofline efficiencies must be in (0, 1]")
+        if overhead_s < 0 or per_seq_overhead_s < 0:
+            raise ValueError("roofline overheads must be >= 0")
+        self.model, self.gpu, self.tp = model, gpu, tp
+        self.window = model.sliding_window
+        self.decode_context_cap = None if self.window is None else self.window - 1
+        self.overhead_s, self.per_seq_overhead_s = overhead_s, per_seq_overhead_s
+        bandwidth = gpu.hbm_bytes_per_s * hbm_efficiency
+        peak = gpu.flops_per_s * flops_efficiency
+        layers, h, w = model.num_layers, model.hidden_size, model.dtype_bytes
+        hq, hkv, d = model.heads_per_gpu(tp), model.kv_heads_per_gpu(tp), model.head_dim
+        mlp_mats = 3 if model.gated_mlp else 2
+        inter = model.intermediate_size / tp
+        layer_params = h * (hq + 2 * hkv) * d + hq * d * h + mlp_mats * h * inter
+        lm_head = h * model.vocab_size / tp
+        act_per_token = w * (layers * (4 * h + 2 * (hq + hkv) * d + mlp_mats * inter) + h)
+        kv = kv_bytes_per_token(model, tp, kv_cache_dtype)
+        # Seconds per unit, so that predict_split is a handful of multiply-adds.
+        self._lin_mem_const = w * (layers * layer_params + lm_head) / bandwidth
+        self._lin_mem_token = act_per_token / bandwidth
+        self._lin_flop_token = 2 * layers * layer_params / peak
+        self._lin_flop_seq = 2 * lm_head / peak
+        self._att_mem_key = kv / bandwidth
+        self._att_mem_token = (kv + 2 * layers * hq * d * w) / bandwidth
+        self._att_flop_pair = 4 * layers * hq * d / peak
+
+    def predict_split(self, num_decode: int, sum_decode_context: int,
+                      prefills: Sequence[tuple[int, int]]) -> StepTime:
+        num_seqs = num_decode + len(prefills)
+        if num_seqs == 0:
+            return ZERO_STEP
+        tokens = num_decode
+        keys = pairs = sum_decode_context + num_decode
+        window, cap = self.window, self.decode_context_cap
+        for new, context in prefills:
+            tokens += new
+            keys += new + (context if cap is None or context < cap else cap)
+            pairs += causal_pairs(new, context, window)
+        # Each part is bound by memory or by compute, whichever is slower (comparisons rather
+        # than max(): this runs once per simulated step).
+        linear = self._lin_mem_const + self._lin_mem_token * tokens
+        linear_flops = self._lin_flop_token * tokens + self._lin_flop_seq * num_seqs
+        if linear_flops > linear:  # noqa: PLR1730
+            linear = linear_flops
+        attention = self._att_mem_key * keys + self._att_mem_token * tokens
+        attention_flops = self._att_flop_pair * pairs
+        if attention_flops > attention:  # noqa: PLR1730
+            attention = attention_flops
+        return StepTime(attention, linear, self.overhead_s + self.per_seq_overhead_s * num_seqs)

@@ -1,0 +1,74 @@
+"""The fast path's steady set (sim/sched/steady.py): skipped and deferred manager calls,
+steady decodes and running-total snapshots give byte-identical results to the reference loop,
+for the paged manager and the contiguous ones."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sim.cost.gpus import get_gpu
+from sim.cost.models import get_model
+from sim.cost.step_model import make_step_model
+from tests.unit.simkit import fast_and_reference, simulate
+from traces import default_workload, limit
+
+MODEL = make_step_model("roofline", get_model("llama-2-7b"), get_gpu("a100-80gb"))
+
+
+@pytest.mark.parametrize("options", [
+    {"num_gpu_blocks": 150},
+    {"num_gpu_blocks": 150, "max_num_batched_tokens": 400},
+    {"num_gpu_blocks": 150, "prefix_caching": False},
+    {"num_gpu_blocks": 200, "n": 2, "sampling_mode": "fanout"},
+], ids=["preempting", "tight-budget", "no-caching", "fanout"])
+def test_paged_fast_path_is_byte_identical(options: dict[str, Any]) -> None:
+    """Shared system prompts, preemptions and budget cuts: same steps, requests, summary."""
+    fast, _ = fast_and_reference(limit(default_workload(seed=3), 50), model=MODEL, **options)
+    assert fast.summary["num_finished"] == 50
+
+
+def test_paged_fast_path_exercised_preemption_and_hits() -> None:
+    """The preempting case really preempts, hits the cache and coasts through quiet steps,
+    some with finishes (so the test means something)."""
+    result = simulate(limit(default_workload(seed=3), 50), model=MODEL, num_gpu_blocks=150)
+    assert result.summary["num_preemptions"] > 0
+    assert result.summary["prefix_hit_rate"] > 0
+    assert result.counters["num_coasted_steps"] > 0
+    assert result.counters["num_coasted_finishing_steps"] > 0
+
+
+@pytest.mark.parametrize("name, options", [
+    ("max", {"num_gpu_blocks": 1200}),
+    ("pow2", {"num_gpu_blocks": 600, "max_num_batched_tokens": 400}),
+    ("oracle", {"num_gpu_blocks": 400, "n": 3, "sampling_mode": "cow"}),
+    ("ft", {"num_gpu_blocks": 900}),
+    ("max", {"num_gpu_blocks": 1200, "placement": "first-fit", "n": 2,
+             "sampling_mode": "fanout"}),
+], ids=["max", "pow2-tight-budget", "oracle-cow-apart", "ft", "max-first-fit-fanout"])
+def test_contiguous_fast_path_is_byte_identical(name: str, options: dict[str, Any]) -> None:
+    """Contiguous managers: deferred calls of steady decodes, replayed when they wake, give
+    the reference loop's steps (memory columns included), requests and summary."""
+    fast, _ = fast_and_reference(limit(default_workload(seed=5), 80), name, MODEL, **options)
+    assert fast.counters["num_coasted_steps"] > 0
+    assert fast.summary["kv_external_frag_frac"] or fast.summary["kv_reserved_frac"]
+
+
+@pytest.mark.parametrize("name", ["paged", "max"])
+def test_debug_checks_fast_snapshot_every_step(name: str) -> None:
+    """--debug compares the running-total snapshot with memory_snapshot() after each step,
+    before the deferred calls are replayed."""
+    trace = limit(default_workload(seed=4), 40)
+    result = simulate(trace, name, MODEL, num_gpu_blocks=200, debug=True)
+    assert result.fast and result.summary["leaked_blocks"] == 0
+    assert name != "paged" or result.summary["num_preemptions"] > 0
+
+
+def test_fast_path_only_where_proven() -> None:
+    """Paged cow forks, beams and swap run the reference loop; contiguous cow samples
+    (independent sequences) take the fast path."""
+    trace = limit(default_workload(seed=3), 5)
+    assert not simulate(trace, num_gpu_blocks=300, n=2).fast
+    assert not simulate(trace, "max", num_gpu_blocks=300, beam_width=2).fast
+    assert not simulate(trace, num_gpu_blocks=300, preemption="swap", num_cpu_blocks=64).fast
+    assert simulate(trace, "oracle", num_gpu_blocks=300, n=2).fast
