@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,20 +25,14 @@ import torch.nn.functional as F
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_ab
 import kernel_sweeps
 import kernel_tables
+from kernel_ab import alternate, errors, ragged_lens, wrapper_only_us
 
-import kernels.attention as attention_module
-import kernels.decode_attention as decode_module
-from kernels.decode_attention import paged_decode_attention
 from kernels.decode_config import choose_num_splits
 from kernels.decode_v1 import paged_decode_attention_v1
 from kernels.layer_timing import AttentionTimer, LayerShape, graph_us, host_us, median_us
-from kernels.reference import (
-    Variant,
-    ref_decode_attention,
-    rel_error_per_seq_head,
-)
 
 SHAPE = LayerShape()
 UNIFORM = [(1, 4096), (8, 4096), (32, 4096), (64, 4096), (128, 2048), (256, 1024),
@@ -49,37 +41,6 @@ ISSUE_VLLM_US = [157, 169, 240, 292, 295, 300, 445, 1115]
 RAGGED = [(64, 16, 8192), (256, 16, 2048), (16, 1000, 32768), (128, 100, 4000)]
 ISSUE_RAGGED = [(367, 462), (309, 353), (378, 559), (340, 381)]  # (pagedsim, vLLM) us
 NUM_BLOCKS = (1 << 20) // 16 + 64  # 1 Mi tokens: 4 GiB of bf16 K+V
-
-
-def ragged_lens(n: int, lo: int, hi: int) -> list[int]:
-    rng = random.Random(0)
-    return [rng.randint(lo, hi) for _ in range(n)]
-
-
-def alternate(fns: dict[str, object], rounds: int) -> dict[str, float]:
-    """Median of `rounds` medians per version, versions timed in turn (A/B in the same minutes)."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            times[k].append(median_us(fn, warmup=10, rep=40))
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def wrapper_only_us(fn) -> float:
-    """host_us of `fn` with the Triton launch replaced by a no-op: the wrapper's own Python."""
-
-    class _NoLaunch:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: None
-
-    real = attention_module.for_device
-    decode_module._FAST.clear()  # bound launches made before the patch would still launch
-    attention_module.for_device = lambda kernel, device: _NoLaunch()
-    try:
-        return host_us(fn)
-    finally:
-        attention_module.for_device = real
-        decode_module._FAST.clear()
 
 
 def copy_bandwidth() -> dict:
@@ -110,27 +71,34 @@ def bench_decode(t: AttentionTimer, ab: bool) -> list[dict]:
                "sdpa_us": sdpa_decode(t, lens), "err64": decode_error(t, lens[:4]),
                "splits": choose_num_splits(batch, SHAPE.num_kv_heads, ctx, 64, 132)}
         fns = {"new": new}
+        fns.update({k: t.decode_call(lens, config=c) for k, c in kernel_ab.BF16_VARIANTS.items()})
         if ab:
             fns["v1"] = t.decode_call(lens, fn=paged_decode_attention_v1)
         row.update({f"{k}_us": v for k, v in alternate(fns, 5 if ab else 1).items()})
         row["us"] = row["new_us"]
+        row.update({f"{k}_tbps": t.kv_bytes(lens) / row[f"{k}_us"] / 1e6 for k in fns})
         row["tbps"] = t.kv_bytes(lens) / row["us"] / 1e6
+        if batch == 1:  # the small-batch target is under CUDA graphs
+            row.update({f"{k}_graph_us": graph_us(fn) for k, fn in fns.items() if k != "new"})
         rows.append(row)
         print(f"decode {batch}x{ctx}: {row}", flush=True)
     return rows
 
 
 def bench_ragged(t: AttentionTimer, ab: bool) -> list[dict]:
+    """Ragged batches: the shipped split rule, kernel_ab.RAGGED_VARIANTS and (`ab`) v1."""
     rows = []
     for (n, lo, hi), (issue, vllm) in zip(RAGGED, ISSUE_RAGGED):
         lens = ragged_lens(n, lo, hi)
         fns = {"new": t.decode_call(lens)}
+        fns.update({k: t.decode_call(lens, config=c) for k, c in kernel_ab.RAGGED_VARIANTS.items()})
         if ab:
             fns["v1"] = t.decode_call(lens, fn=paged_decode_attention_v1)
         row = {"batch": f"{n} x U[{lo}, {hi}]", "issue_us": issue, "issue_vllm_us": vllm,
                "graph_us": graph_us(fns["new"])}
         row.update({f"{k}_us": v for k, v in alternate(fns, 5 if ab else 1).items()})
-        row["tbps"] = t.kv_bytes(lens) / row["new_us"] / 1e6
+        row.update({f"{k}_tbps": t.kv_bytes(lens) / row[f"{k}_us"] / 1e6 for k in fns})
+        row["tbps"] = row["new_tbps"]
         rows.append(row)
         print(f"ragged {row}", flush=True)
     return rows
@@ -138,30 +106,18 @@ def bench_ragged(t: AttentionTimer, ab: bool) -> list[dict]:
 
 def decode_error(t: AttentionTimer, lens: list[int]) -> float:
     """max error per (sequence, head) against float64 over the dequantised cache."""
-    q, tables = t.queries(len(lens)), t.tables(lens)
-    out = torch.empty_like(q)
-    paged_decode_attention(q, t.k, t.v, tables, lens, out=out, k_scale=t.k_scale,
-                           v_scale=t.v_scale)
-    ref = ref_decode_attention(q, t.k, t.v, tables.tolist(), lens,
-                               variant=Variant(k_scale=t.k_scale, v_scale=t.v_scale))
-    return float(rel_error_per_seq_head(out, ref).max())
+    return errors(t, lens, {"default": None})["default"]
 
 
 def bench_fp8(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
+    """fp8 against bf16 (defaults), alternated, where kernel_ab.fp8_ab does not look."""
     rows = []
-    for batch, ctx in ((64, 4096), (16, 16384), (1, 4096)):
-        lens = [ctx] * batch
-        times = alternate({"bf16": t16.decode_call(lens), "fp8": t8.decode_call(lens)}, 5)
-        row = {"batch": batch, "ctx": ctx, **{f"{k}_us": v for k, v in times.items()},
-               "speedup": times["bf16"] / times["fp8"],
-               "fp8_tbps": t8.kv_bytes(lens) / times["fp8"] / 1e6,
-               "err64_fp8": decode_error(t8, lens[:4])}
-        rows.append(row)
-        print(f"fp8 {row}", flush=True)
-    lens = ragged_lens(64, 16, 8192)
-    times = alternate({"bf16": t16.decode_call(lens), "fp8": t8.decode_call(lens)}, 3)
-    rows.append({"batch": "64 x U[16, 8192]", **{f"{k}_us": v for k, v in times.items()},
-                 "speedup": times["bf16"] / times["fp8"]})
+    for name, lens, rounds in (("1 x 4096", [4096], 5),
+                               ("64 x U[16, 8192]", ragged_lens(64, 16, 8192), 3)):
+        times = alternate({"bf16": t16.decode_call(lens), "fp8": t8.decode_call(lens)}, rounds)
+        rows.append({"batch": name, **{f"{k}_us": v for k, v in times.items()},
+                     "speedup": times["bf16"] / times["fp8"]})
+        print(f"fp8 {rows[-1]}", flush=True)
     return rows
 
 
@@ -213,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", default="", help="comma-separated sweeps: "
                     + ",".join(kernel_sweeps.SWEEPS))
     ap.add_argument("--only", default="", help="comma-separated sections to run (default all)")
+    ap.add_argument("--dry", default="", metavar="I/N", help="compile only: call each timed "
+                    "function once, worker I of N (run N of them in parallel before timing)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_kernels: needs a CUDA device", file=sys.stderr)
@@ -225,12 +183,15 @@ def main(argv: list[str] | None = None) -> int:
         "copy": copy_bandwidth, "decode": lambda: bench_decode(t16, args.ab),
         "ragged": lambda: bench_ragged(t16, args.ab), "fp8": lambda: bench_fp8(t16, t8),
         "extend": lambda: bench_extend(t16), "mixed": lambda: bench_mixed(t16),
-        "prefill": lambda: bench_prefill(t16),
+        "prefill": lambda: bench_prefill(t16), "fp8_ab": lambda: kernel_ab.fp8_ab(t16, t8),
+        "host": lambda: kernel_ab.host(t16, t8),
         "sdpa": lambda: {f"{b}x{c}_us": sdpa_decode(t16, [c] * b) for b, c in ((64, 4096),
                                                                             (16, 16384))},
         "cache_ops": lambda: kernel_sweeps.cache_ops(SHAPE),
     }
     only = [s for s in args.only.split(",") if s] or list(sections)
+    if args.dry:
+        return dry_run(args.dry, sections, only, [s for s in args.sweep.split(",") if s], t16, t8)
     for name in only:
         t0 = time.time()
         try:
@@ -248,6 +209,29 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(r, fh, indent=1, default=str)
     os.replace(tmp, args.out)
     kernel_tables.print_tables(r)
+    return 0
+
+
+def dry_run(spec: str, sections: dict, only: list[str], sweeps: list[str], t16: AttentionTimer,
+            t8: AttentionTimer) -> int:
+    """--dry I/N: run the sections with every timer replaced by kernel_ab.Dry (compiles this
+    worker's share of the kernels into Triton's cache); nothing is written."""
+    index, workers = (int(x) for x in spec.split("/"))
+    dry = kernel_ab.Dry(index, workers)
+    for mod in (sys.modules[__name__], kernel_ab, kernel_sweeps):
+        for name in ("median_us", "graph_us", "host_us", "wrapper_only_us"):
+            if hasattr(mod, name):
+                setattr(mod, name, dry)
+    for name in ("decode_error", "sdpa_decode", "copy_bandwidth"):
+        setattr(sys.modules[__name__], name, lambda *a, **k: float("nan"))
+    kernel_ab.errors = lambda t, lens, configs: {k: float("nan") for k in configs}
+    kernel_sweeps.sdpa_prefill = lambda *a, **k: {"sdpa_us": float("nan")}
+    for name in only:
+        if name not in ("copy", "sdpa", "cache_ops"):
+            sections[name]()
+    for name in sweeps:
+        kernel_sweeps.run_sweep(name, t16, t8)
+    print(f"[dry {spec}: {len(dry.seen)} functions, {time.time() - dry.t0:.0f} s]", flush=True)
     return 0
 
 

@@ -28,7 +28,8 @@ def print_tables(r: dict) -> None:
     print(f"\n== {r['device']} | torch {r['torch']} | triton {r['triton']} | {r['date']}")
     if isinstance(r.get("copy"), dict) and "tbps" in r["copy"]:
         print(f"copy: {r['copy']['tbps']:.2f} TB/s (read + write of a 4 GiB copy)")
-    for name in ("decode", "ragged", "fp8", "extend", "mixed", "prefill", "sdpa", "cache_ops"):
+    for name in ("decode", "ragged", "fp8", "fp8_ab", "host", "extend", "mixed", "prefill", "sdpa",
+                 "cache_ops"):
         val = r.get(name)
         if val is None:
             continue
@@ -47,3 +48,29 @@ def print_tables(r: dict) -> None:
             text = (" ".join(f"{k}:{_f(v, '.1f')}" for k, v in res.items())
                     if isinstance(res, dict) else _f(res))
             print(f"    {shape}: {text}"[:600])
+    _summary(r)
+
+
+def _summary(r: dict) -> None:
+    """The short table: fp8 speed-ups per variant, ragged TB/s per split rule, wrapper time."""
+    print("\n== summary")
+    for row in r.get("decode") or []:
+        if isinstance(row, dict) and "new_us" in row:
+            v1 = row.get("v1_us") or float("nan")
+            us = " ".join(f"{k[:-3]}:{v:.1f}({v / v1:.3f})" for k, v in row.items()
+                          if k.endswith("_us") and k[:-3] in ("new", "tab64w2s3", "tab32w2s4"))
+            print(f"decode {row['batch']}x{row['ctx']}: us(/v1) {us} v1:{v1:.1f} "
+                  f"graph:{row['graph_us']:.1f} sdpa:{row['sdpa_us']:.1f}")
+    for row in r.get("fp8_ab") or []:
+        if isinstance(row, dict) and "bf16_us" in row:
+            xs = " ".join(f"{k[:-2]}:{v:.2f}x" for k, v in row.items() if k.endswith("_x"))
+            print(f"fp8 {row['batch']}x{row['ctx']}: bf16 {row['bf16_us']:.1f} us | {xs}")
+    for row in r.get("ragged") or []:
+        if isinstance(row, dict) and "new_us" in row:
+            tb = " ".join(f"{k[:-5]}:{v:.3f}" for k, v in row.items() if k.endswith("_tbps")
+                          and k != "tbps")
+            print(f"ragged {row['batch']}: TB/s {tb}")
+    for row in r.get("host") or []:
+        if isinstance(row, dict) and "py_us" in row:
+            print(f"host {row['shape']}: py {row['py_us']:.2f} us, fresh views "
+                  f"{row['py_fresh_us']:.2f} us, eager host {row['host_us']:.1f} us")

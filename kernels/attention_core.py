@@ -17,6 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernels.fp8 import widen_e4m3
 from kernels.launch import accumulate_pv
 
 LOG2E = 1.4426950408889634  # host side; jit code writes the literal
@@ -65,50 +66,130 @@ def softcap_log2(s, cap_in, cap_out):
 
 
 @triton.jit
-def _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
-          scale_log2, cap_in, cap_out, stride_cb, stride_ct,
-          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr,
-          MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
-          SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One tile of keys [start, start + BLOCK_N), masked below `hi` if MASK_KEYS."""
-    offs_n = start + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < hi
+def _kv_rows(table_row, offs_n, stride_cb, stride_ct, BLOCK_SIZE: tl.constexpr,
+             MASK_KEYS: tl.constexpr, hi, TABLE_ASM: tl.constexpr = False):
+    """Cache row offsets `[BLOCK_N, 1]` of tokens `offs_n` through the block table.
+
+    TABLE_ASM (compiled kernels only) reads the table through PTX: Triton's pipeliner then no
+    longer sees K/V addresses that hang on a load of the same iteration and, with num_stages
+    >= 3, keeps num_stages - 1 K/V tiles in flight instead of one (which it otherwise fetches
+    only after the current tile has been read).
+    """
     if MASK_KEYS:
-        block_id = tl.load(table_row + offs_n // BLOCK_SIZE, mask=n_mask, other=0)
+        block_id = tl.load(table_row + offs_n // BLOCK_SIZE, mask=offs_n < hi, other=0)
+    elif TABLE_ASM:
+        block_id = tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l",
+                                             [table_row + offs_n // BLOCK_SIZE],
+                                             dtype=tl.int32, is_pure=True, pack=1)
     else:
         block_id = tl.load(table_row + offs_n // BLOCK_SIZE)
-    rows = (block_id.to(tl.int64) * stride_cb + (offs_n % BLOCK_SIZE) * stride_ct)[:, None]
-    if MASK_KEYS:
-        k = tl.load(k_head + rows + offs_d[None, :], mask=n_mask[:, None], other=0.0)
+    return (block_id.to(tl.int64) * stride_cb + (offs_n % BLOCK_SIZE) * stride_ct)[:, None]
+
+
+@triton.jit
+def _scores(m_i, l_i, q, k, offs_n, hi, q_pos, row_lo, scale_log2, cap_in, cap_out,
+            MASK_KEYS: tl.constexpr, MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr,
+            DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr):
+    """Probabilities of one tile of keys `k` (cache dtype) and the running max, sum and the
+    accumulator's rescaling. WIDEN (fp8 caches): 1 widens K and V by Triton's cast, 2 V by
+    `widen_e4m3`'s PTX, 3 K and V."""
+    if WIDEN >= 3:
+        k = widen_e4m3(k, True)
     else:
-        k = tl.load(k_head + rows + offs_d[None, :])
-    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION)  # [BLOCK_M, BLOCK_N]
-    if SOFT_CAP:
-        s = softcap_log2(s, cap_in, cap_out)
-    else:
-        s = s * scale_log2
+        k = k.to(q.dtype)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, BLOCK_N]
+    if SOFT_CAP:  # else the scale is applied after the row maximum, in one FMA with exp2's
+        s = softcap_log2(s, cap_in, cap_out)  # argument (max(s) * c = max(s * c) for c > 0)
     if MASK_ROWS:
         vis = (offs_n[None, :] <= q_pos[:, None]) & (offs_n[None, :] >= row_lo[:, None])
         if MASK_KEYS:
-            vis = vis & n_mask[None, :]
+            vis = vis & (offs_n < hi)[None, :]
         s = tl.where(vis, s, float("-inf"))
     elif MASK_KEYS:
-        s = tl.where(n_mask[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+        s = tl.where((offs_n < hi)[None, :], s, float("-inf"))
+    if SOFT_CAP:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
     if MASK_ROWS:  # a row may have seen no key yet: keep exp2 away from -inf - -inf
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_ref = m_new
     alpha = tl.exp2(m_i - m_ref)
-    p = tl.exp2(s - m_ref[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
+    if SOFT_CAP:
+        p = tl.exp2(s - m_ref[:, None])
+    else:
+        p = tl.exp2(s * scale_log2 - m_ref[:, None])
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
+def _values(acc, p, alpha, v, q, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr,
+            DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr):
+    """The accumulator rescaled by `alpha` plus `p @ v` (v in the cache dtype)."""
+    acc = acc * alpha[:, None]
+    if WIDEN >= 2:
+        v = widen_e4m3(v, True)
+    else:
+        v = v.to(q.dtype)
+    return accumulate_pv(acc, p, v, UPCAST, SPLIT_P, DOT_PRECISION)
+
+
+@triton.jit
+def _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
+          scale_log2, cap_in, cap_out, stride_cb, stride_ct,
+          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr,
+          MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
+          SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr,
+          TABLE_ASM: tl.constexpr):
+    """One tile of keys [start, start + BLOCK_N), masked below `hi` if MASK_KEYS."""
+    offs_n = start + tl.arange(0, BLOCK_N)
+    rows = _kv_rows(table_row, offs_n, stride_cb, stride_ct, BLOCK_SIZE, MASK_KEYS, hi,
+                    TABLE_ASM)
+    n_mask = (offs_n < hi)[:, None]
     if MASK_KEYS:
-        v = tl.load(v_head + rows + offs_d[None, :], mask=n_mask[:, None], other=0.0)
+        k = tl.load(k_head + rows + offs_d[None, :], mask=n_mask, other=0.0)
+    else:
+        k = tl.load(k_head + rows + offs_d[None, :])
+    p, alpha, m_i, l_i = _scores(m_i, l_i, q, k, offs_n, hi, q_pos, row_lo, scale_log2,
+                                 cap_in, cap_out, MASK_KEYS, MASK_ROWS, SOFT_CAP,
+                                 DOT_PRECISION, WIDEN)
+    if MASK_KEYS:
+        v = tl.load(v_head + rows + offs_d[None, :], mask=n_mask, other=0.0)
     else:
         v = tl.load(v_head + rows + offs_d[None, :])
-    acc = acc * alpha[:, None]
-    acc = accumulate_pv(acc, p, v.to(q.dtype), UPCAST, SPLIT_P, DOT_PRECISION)
-    return acc, m_new, l_i
+    return _values(acc, p, alpha, v, q, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN), m_i, l_i
+
+
+@triton.jit
+def _attend_prefetch(acc, m_i, l_i, q, lo, hi, k_head, v_head, table_row, offs_d, scale_log2,
+                     cap_in, cap_out, stride_cb, stride_ct, BLOCK_SIZE: tl.constexpr,
+                     BLOCK_N: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
+                     SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr):
+    """Whole tiles [lo, hi) that every row sees, software-pipelined by hand: the K/V loads of
+    the next tile and the block-table load of the one after are issued before this tile's
+    arithmetic, so their latency hides behind it (Triton's own pipelining keeps one buffer
+    here and issues the next copy only after the current tile is read)."""
+    if lo < hi:
+        offs_t = tl.arange(0, BLOCK_N)
+        last = hi - BLOCK_N
+        rows = _kv_rows(table_row, lo + offs_t, stride_cb, stride_ct, BLOCK_SIZE, False, hi)
+        k = tl.load(k_head + rows + offs_d[None, :])
+        v = tl.load(v_head + rows + offs_d[None, :])
+        rows = _kv_rows(table_row, tl.minimum(lo + BLOCK_N, last) + offs_t, stride_cb,
+                        stride_ct, BLOCK_SIZE, False, hi)
+        for start in range(lo, hi, BLOCK_N):
+            more = (start + BLOCK_N + offs_t < hi)[:, None]
+            k_next = tl.load(k_head + rows + offs_d[None, :], mask=more)
+            v_next = tl.load(v_head + rows + offs_d[None, :], mask=more)
+            rows = _kv_rows(table_row, tl.minimum(start + 2 * BLOCK_N, last) + offs_t,
+                            stride_cb, stride_ct, BLOCK_SIZE, False, hi)
+            p, alpha, m_i, l_i = _scores(m_i, l_i, q, k, start + offs_t, hi, offs_t, offs_t,
+                                         scale_log2, cap_in, cap_out, False, False, SOFT_CAP,
+                                         DOT_PRECISION, WIDEN)
+            acc = _values(acc, p, alpha, v, q, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN)
+            k, v = k_next, v_next
+    return acc, m_i, l_i
 
 
 @triton.jit
@@ -116,12 +197,13 @@ def _attend_range(acc, m_i, l_i, q, lo, hi, q_pos, row_lo, k_head, v_head, table
                   scale_log2, cap_in, cap_out, stride_cb, stride_ct,
                   BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr,
                   MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
-                  SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                  SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr,
+                  TABLE_ASM: tl.constexpr = False):
     for start in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head,
                               table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
                               stride_ct, BLOCK_SIZE, BLOCK_N, MASK_KEYS, MASK_ROWS, SOFT_CAP,
-                              UPCAST, SPLIT_P, DOT_PRECISION)
+                              UPCAST, SPLIT_P, DOT_PRECISION, WIDEN, TABLE_ASM)
     return acc, m_i, l_i
 
 
@@ -130,8 +212,10 @@ def attend(acc, m_i, l_i, q, lo, hi, full_lo, full_hi, q_pos, row_lo, k_head, v_
            table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb, stride_ct,
            BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_ROWS: tl.constexpr,
            SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr,
-           DOT_PRECISION: tl.constexpr):
-    """Keys [lo, hi): whole tiles inside [full_lo, full_hi) (seen by every row) unmasked.
+           DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr, PIPE: tl.constexpr):
+    """Keys [lo, hi): whole tiles inside [full_lo, full_hi) (seen by every row) unmasked,
+    loaded as PIPE says: 0 Triton's pipelining, 1 the same with the table read through PTX
+    (`_kv_rows`), 2 by hand (`_attend_prefetch`).
 
     Without MASK_ROWS every row sees all of [lo, hi): only the last tile is masked.
     """
@@ -140,19 +224,25 @@ def attend(acc, m_i, l_i, q, lo, hi, full_lo, full_hi, q_pos, row_lo, k_head, v_
         acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, lo, a, q_pos, row_lo, k_head, v_head,
                                       table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
                                       stride_ct, BLOCK_SIZE, BLOCK_N, True, True, SOFT_CAP,
-                                      UPCAST, SPLIT_P, DOT_PRECISION)
+                                      UPCAST, SPLIT_P, DOT_PRECISION, WIDEN)
         b = a + tl.maximum(tl.minimum(full_hi, hi) - a, 0) // BLOCK_N * BLOCK_N
     else:
         a = lo
         b = lo + (hi - lo) // BLOCK_N * BLOCK_N
-    acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, a, b, q_pos, row_lo, k_head, v_head,
-                                  table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
-                                  stride_ct, BLOCK_SIZE, BLOCK_N, False, False, SOFT_CAP,
-                                  UPCAST, SPLIT_P, DOT_PRECISION)
+    if PIPE == 2:
+        acc, m_i, l_i = _attend_prefetch(acc, m_i, l_i, q, a, b, k_head, v_head, table_row,
+                                         offs_d, scale_log2, cap_in, cap_out, stride_cb,
+                                         stride_ct, BLOCK_SIZE, BLOCK_N, SOFT_CAP, UPCAST,
+                                         SPLIT_P, DOT_PRECISION, WIDEN)
+    else:
+        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, a, b, q_pos, row_lo, k_head, v_head,
+                                      table_row, offs_d, scale_log2, cap_in, cap_out,
+                                      stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, False, False,
+                                      SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN, PIPE == 1)
     acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, b, hi, q_pos, row_lo, k_head, v_head,
                                   table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
                                   stride_ct, BLOCK_SIZE, BLOCK_N, True, MASK_ROWS, SOFT_CAP,
-                                  UPCAST, SPLIT_P, DOT_PRECISION)
+                                  UPCAST, SPLIT_P, DOT_PRECISION, WIDEN)
     return acc, m_i, l_i
 
 

@@ -44,8 +44,9 @@ def _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v
                    BLOCK_N: tl.constexpr, SEQ_TILE: tl.constexpr, BLOCK_S: tl.constexpr,
                    Q_STARTS: tl.constexpr, USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr,
                    SOFT_CAP: tl.constexpr, HAS_SINK: tl.constexpr, FUSED: tl.constexpr,
-                   UPCAST: tl.constexpr, Q16: tl.constexpr, ROUND_OUT: tl.constexpr,
-                   SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                   UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND_OUT: tl.constexpr,
+                   SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                   PIPE: tl.constexpr):
     kv_head = pid % NUM_KV_HEADS
     item = pid // NUM_KV_HEADS
     chunk = batch_chunk(lens_ptr, starts_ptr, num_seqs, target, target_ragged, min_chunk,
@@ -72,7 +73,7 @@ def _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v
         q_rows = (q_start + tok).to(tl.int64)
         q = tl.load(q_ptr + q_rows[:, None] * stride_qt + heads[:, None] * stride_qh
                     + offs_d[None, :], mask=r_ok[:, None], other=0.0)  # [BLOCK_M, HEAD_SIZE]
-        q, q_gain = load_query(q, UPCAST, Q16)
+        q, q_gain = load_query(q, UPCAST, FP8 > 0)
         q_pos = ctx - n_new + tok
         row_lo = key_lo(q_pos, window, chunk_size, USE_WINDOW, USE_CHUNK)
         full_lo = key_lo(ctx - 1, window, chunk_size, USE_WINDOW, USE_CHUNK)
@@ -82,7 +83,7 @@ def _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v
                                tables_ptr + seq.to(tl.int64) * stride_bt, offs_d,
                                scale_log2 * q_gain, cap_in * q_gain, cap_out, stride_cb, stride_ct,
                                BLOCK_SIZE, BLOCK_N, QT > 1, SOFT_CAP, UPCAST, SPLIT_P,
-                               DOT_PRECISION)
+                               DOT_PRECISION, FP8, PIPE)
         if n_splits == 1:
             out = finish(acc, m_i, l_i, _row_sinks(sinks_ptr, heads, r_ok, HAS_SINK), v_scale,
                          HAS_SINK)
@@ -117,7 +118,7 @@ def _large_program(pid, out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, star
                    HEAD_SIZE: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr,
                    SOFT_CAP: tl.constexpr, HAS_SINK: tl.constexpr, UPCAST: tl.constexpr,
-                   Q16: tl.constexpr, ROUND_OUT: tl.constexpr, SPLIT_P: tl.constexpr,
+                   FP8: tl.constexpr, ROUND_OUT: tl.constexpr, SPLIT_P: tl.constexpr,
                    DOT_PRECISION: tl.constexpr):
     q_head = pid % NUM_Q_HEADS
     tile = pid // NUM_Q_HEADS
@@ -134,7 +135,7 @@ def _large_program(pid, out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, star
         q_rows = (q_start + offs_m).to(tl.int64)
         q = tl.load(q_ptr + q_rows[:, None] * stride_qt + q_head * stride_qh + offs_d[None, :],
                     mask=m_mask[:, None], other=0.0)  # [BLOCK_M, HEAD_SIZE]
-        q, q_gain = load_query(q, UPCAST, Q16)
+        q, q_gain = load_query(q, UPCAST, FP8 > 0)
         first_pos = ctx - n_new + m_block * BLOCK_M
         last_pos = ctx - n_new + tl.minimum((m_block + 1) * BLOCK_M, n_new) - 1
         q_pos = ctx - n_new + offs_m
@@ -148,7 +149,8 @@ def _large_program(pid, out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, star
                                v_ptr + kv_head * HEAD_SIZE,
                                tables_ptr + seq.to(tl.int64) * stride_bt, offs_d,
                                scale_log2 * q_gain, cap_in * q_gain, cap_out, stride_cb, stride_ct,
-                               BLOCK_SIZE, BLOCK_N, True, SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION)
+                               BLOCK_SIZE, BLOCK_N, True, SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION,
+                               FP8, False)
         sink = _row_sinks(sinks_ptr, q_head + offs_m * 0, m_mask, HAS_SINK)
         out = finish(acc, m_i, l_i, sink, v_scale, HAS_SINK)
         if ROUND_OUT:
@@ -174,8 +176,8 @@ def paged_attention_kernel(
     LARGE_N: tl.constexpr, LARGE_SPLIT_P: tl.constexpr, HAS_SMALL: tl.constexpr,
     HAS_LARGE: tl.constexpr, Q_STARTS: tl.constexpr, USE_WINDOW: tl.constexpr,
     USE_CHUNK: tl.constexpr, SOFT_CAP: tl.constexpr, HAS_SINK: tl.constexpr,
-    UPCAST: tl.constexpr, Q16: tl.constexpr, ROUND_OUT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND_OUT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PIPE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if HAS_LARGE:
@@ -185,7 +187,7 @@ def paged_attention_kernel(
                            scale_log2, cap_in, cap_out, v_scale, stride_qt, stride_qh,
                            stride_ot, stride_oh, stride_cb, stride_ct, stride_bt,
                            NUM_KV_HEADS * QPK, QPK, HEAD_SIZE, BLOCK_SIZE, LARGE_M, LARGE_N,
-                           USE_WINDOW, USE_CHUNK, SOFT_CAP, HAS_SINK, UPCAST, Q16, ROUND_OUT,
+                           USE_WINDOW, USE_CHUNK, SOFT_CAP, HAS_SINK, UPCAST, FP8, ROUND_OUT,
                            LARGE_SPLIT_P, DOT_PRECISION)
         elif HAS_SMALL:
             _small_program(pid - large_programs, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr,
@@ -195,7 +197,7 @@ def paged_attention_kernel(
                            stride_ot, stride_oh, stride_cb, stride_ct, stride_bt, NUM_KV_HEADS,
                            QPK, QT, ROWS, RP, BLOCK_M, HEAD_SIZE, BLOCK_SIZE, BLOCK_N, SEQ_TILE,
                            BLOCK_S, Q_STARTS, USE_WINDOW, USE_CHUNK, SOFT_CAP, HAS_SINK, FUSED,
-                           UPCAST, Q16, ROUND_OUT, SPLIT_P, DOT_PRECISION)
+                           UPCAST, FP8, ROUND_OUT, SPLIT_P, DOT_PRECISION, PIPE)
     else:
         _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v_ptr,
                        tables_ptr, lens_ptr, starts_ptr, sinks_ptr, num_small, target,
@@ -203,8 +205,8 @@ def paged_attention_kernel(
                        cap_out, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb,
                        stride_ct, stride_bt, NUM_KV_HEADS, QPK, QT, ROWS, RP, BLOCK_M, HEAD_SIZE,
                        BLOCK_SIZE, BLOCK_N, SEQ_TILE, BLOCK_S, Q_STARTS, USE_WINDOW, USE_CHUNK,
-                       SOFT_CAP, HAS_SINK, FUSED, UPCAST, Q16, ROUND_OUT, SPLIT_P,
-                       DOT_PRECISION)
+                       SOFT_CAP, HAS_SINK, FUSED, UPCAST, FP8, ROUND_OUT, SPLIT_P,
+                       DOT_PRECISION, PIPE)
 
 
 @triton.jit(do_not_specialize=["num_seqs", *_SCALARS[1:5], "window", "chunk_size"])

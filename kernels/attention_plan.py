@@ -17,7 +17,14 @@ import triton
 
 from kernels.attention_core import LOG2E, num_rows
 from kernels.attention_kernel import paged_attention_kernel
-from kernels.decode_config import DecodeConfig, choose_num_splits, default_decode_config, min_chunk
+from kernels.decode_config import (
+    FP8_WIDEN,
+    PIPELINES,
+    DecodeConfig,
+    choose_num_splits,
+    default_decode_config,
+    min_chunk,
+)
 from kernels.fp8 import is_fp8
 from kernels.launch import dot_precision, split_p
 from kernels.prefill_config import PrefillConfig, default_prefill_config
@@ -109,7 +116,10 @@ def _small_part(sh: Shape) -> tuple[dict[str, Any], tuple[int, ...], int]:
               "SEQ_TILE": _seq_tile(sh.num_small, sh.interpret),
               "BLOCK_S": merge_block(rp, sh.head_size, 512 * cfg.num_warps),
               "FUSED": cfg.fused_reduce, "SPLIT_P": use_split_p, "num_warps": cfg.num_warps,
-              "num_stages": cfg.num_stages}
+              "num_stages": cfg.num_stages,
+              "FP8": 0 if not fp8 else 1 if sh.interpret else FP8_WIDEN[cfg.fp8_widen],
+              "PIPE": 0 if sh.interpret and cfg.pipeline == "table_asm"
+              else PIPELINES[cfg.pipeline]}
     return consts, (target, target_ragged, least, sh.forced), items
 
 
@@ -123,7 +133,8 @@ def _large_part(sh: Shape) -> tuple[dict[str, Any], int, int]:
 
 
 _NO_SMALL = ({"QT": 1, "ROWS": 1, "RP": 1, "BLOCK_M": 16, "BLOCK_N": 16, "SEQ_TILE": 1,
-              "BLOCK_S": 1, "FUSED": True, "SPLIT_P": False}, (1, 1, 1, 0), 0)
+              "BLOCK_S": 1, "FUSED": True, "SPLIT_P": False, "FP8": 1,
+              "PIPE": 0}, (1, 1, 1, 0), 0)
 _NO_LARGE = ({"LARGE_M": 16, "LARGE_N": 16, "LARGE_SPLIT_P": False}, 1, 0)
 _MERGE_KEYS = ("NUM_KV_HEADS", "QPK", "ROWS", "HEAD_SIZE", "BLOCK_N", "SEQ_TILE", "Q_STARTS",
                "USE_WINDOW", "USE_CHUNK", "HAS_SINK")
@@ -136,12 +147,13 @@ def make_plan(sh: Shape) -> Plan:
     large, m_blocks, large_programs = _large_part(sh) if sh.num_large else _NO_LARGE
     consts = {**small, **large}  # a mixed launch takes the query tiles' warps and stages
     fp8 = is_fp8(sh.kv_dtype)
+    consts["FP8"] = consts["FP8"] if fp8 else 0
     bf16_cpu = sh.interpret and sh.dtype == torch.bfloat16
     consts.update(NUM_KV_HEADS=sh.num_kv_heads, QPK=sh.num_q_heads // sh.num_kv_heads,
                   HEAD_SIZE=sh.head_size, BLOCK_SIZE=sh.block_size, HAS_SMALL=sh.num_small > 0,
                   HAS_LARGE=sh.num_large > 0, Q_STARTS=sh.q_starts, USE_WINDOW=bool(sh.window),
                   USE_CHUNK=bool(sh.chunk), SOFT_CAP=sh.soft_cap is not None,
-                  HAS_SINK=sh.has_sink, UPCAST=bf16_cpu and not fp8, Q16=fp8,
+                  HAS_SINK=sh.has_sink, UPCAST=bf16_cpu and not fp8,
                   ROUND_OUT=bf16_cpu, DOT_PRECISION=dot_precision(torch.float16 if fp8
                                                                   else sh.dtype))
     scale, cap = sh.scale * sh.k_scale, sh.soft_cap or 1.0

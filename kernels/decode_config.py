@@ -23,6 +23,10 @@ PROGRAMS_PER_SM = 3
 RAGGED_PROGRAMS_PER_SM = 24
 MIN_TOKENS_PER_SPLIT = 256
 MAX_SPLITS = 64
+# How fp8 K/V tiles become fp16 (the kernel's FP8 constant; kernels/attention_core.py `_tile`):
+# Triton's cast for both, the packed PTX conversion (`fp8.widen_e4m3`) for V only, or for both.
+FP8_WIDEN = {"cast": 1, "asm_v": 2, "asm": 3}
+PIPELINES = {"triton": 0, "table_asm": 1, "prefetch": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +39,11 @@ class DecodeConfig:
     to finish merges) instead of a second, row-parallel kernel;
     `programs_per_sm`, `ragged_programs_per_sm` and `min_tokens_per_split` are the split
     rule's knobs (module docstring); `split_p` sends probabilities through the P.V dot as a
-    hi+lo pair (`launch.split_p`; default: bf16 with one query token per sequence).
+    hi+lo pair (`launch.split_p`; default: bf16 with one query token per sequence);
+    `fp8_widen` how fp8 tiles are widened to fp16 (FP8_WIDEN; the interpreter always casts);
+    `pipeline` how the K/V loads overlap the arithmetic (PIPELINES; attention_core.py):
+    "triton" Triton's own pipelining, "table_asm" the same with the block table read through
+    PTX (num_stages - 1 tiles in flight), "prefetch" by hand (num_stages = 1 leaves it alone).
     """
 
     block_n: int = 64
@@ -46,8 +54,14 @@ class DecodeConfig:
     ragged_programs_per_sm: int = RAGGED_PROGRAMS_PER_SM
     min_tokens_per_split: int = MIN_TOKENS_PER_SPLIT
     split_p: bool | None = None
+    fp8_widen: str = "asm"
+    pipeline: str = "triton"
 
     def __post_init__(self) -> None:
+        if self.fp8_widen not in FP8_WIDEN:
+            raise ValueError(f"fp8_widen {self.fp8_widen!r}: expected one of {sorted(FP8_WIDEN)}")
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"pipeline {self.pipeline!r}: expected one of {sorted(PIPELINES)}")
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
             raise ValueError(f"block_n {self.block_n}: need a power of two >= 16")
         if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:

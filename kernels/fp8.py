@@ -70,3 +70,21 @@ def to_e4m3(x, inv, ROUND: tl.constexpr):
         nan = tl.full(y.shape, 0x7F, tl.uint8).to(tl.float8e4nv, bitcast=True)
         return tl.where(y != y, nan, round_to_e4m3(y).to(tl.float8e4nv))  # noqa: PLR0124
     return y.to(tl.float8e4nv)
+
+
+# Four e4m3 bytes in one register -> four fp16 values in two, by two packed conversions.
+_E4M3X4_TO_F16 = tl.constexpr("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
+                              "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }")
+
+
+@triton.jit
+def widen_e4m3(x, ASM: tl.constexpr):
+    """e4m3 values as fp16 (exact). ASM (compiled kernels only): the packed PTX conversion,
+    applied in the layout the values were loaded in, 16 bytes per thread, before any layout
+    change; the plain cast lets Triton convert after moving the bytes into the dot's operand
+    layout, which for V (keys along the contraction) reads shared memory one byte at a time."""
+    if ASM:
+        return tl.inline_asm_elementwise(_E4M3X4_TO_F16, "=r,=r,r",
+                                         [x.to(tl.uint8, bitcast=True)], dtype=tl.float16,
+                                         is_pure=False, pack=4)
+    return x.to(tl.float16)

@@ -16,6 +16,7 @@ import torch
 
 from allocator.block_table import BlockTable
 from kernels.decode_attention import paged_decode_attention
+from kernels.decode_config import DecodeConfig
 from kernels.fp8 import quantize
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.reference import (
@@ -94,6 +95,56 @@ def test_decode_fp8(dtype, kw):
     case = _fp8_case(LENS, var)
     err = _decode(case, LENS, var, dtype, **kw)
     assert err < TOLERANCE[dtype], f"seed {case.seed}: {err:.3e}"
+
+
+WIDEN_CASES = [(128, DecodeConfig(block_n=64, num_warps=2)),
+               (128, DecodeConfig(block_n=128, num_warps=4)),
+               (64, DecodeConfig(block_n=64, num_warps=2, num_stages=3)),
+               (256, DecodeConfig(block_n=32, num_warps=4))]
+
+
+@pytest.mark.parametrize("widen", ["asm", "asm_v"])
+@pytest.mark.parametrize("case_no", range(len(WIDEN_CASES)))
+def test_decode_fp8_widen(widen, case_no):
+    """The packed PTX widening of fp8 tiles (DecodeConfig.fp8_widen) in several tile shapes and
+    head sizes: within the bf16 bound of float64, and within two bf16 steps of Triton's cast
+    (the dots may group the keys differently: kWidth 2 against 4)."""
+    d, cfg = WIDEN_CASES[case_no]
+    var = Variant(k_scale=0.02, v_scale=0.5)
+    lens = LENS[:6]
+    case = _fp8_case(lens, var, d=d)
+    q = random_queries((len(lens), 32, d), torch.bfloat16, DEV, case.seed)
+    outs = {}
+    for name in (widen, "cast"):
+        outs[name] = poisoned(q)
+        paged_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, lens,
+                               out=outs[name], k_scale=0.02, v_scale=0.5,
+                               config=replace(cfg, fp8_widen=name))
+    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, lens,
+                               variant=var)
+    err = rel_error_per_seq_head(outs[widen], ref).max()
+    assert err < TOLERANCE[torch.bfloat16], f"seed {case.seed}: {err:.3e}"
+    diff = rel_error_per_seq_head(outs[widen], outs["cast"].double()).max()
+    assert diff < 2**-7, f"seed {case.seed}: {widen} and cast differ by {diff:.3e}"
+
+
+PIPELINE_CASES = {
+    "table_asm_64_s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm"),
+    "table_asm_32_s4": DecodeConfig(block_n=32, num_warps=2, num_stages=4, pipeline="table_asm"),
+    "prefetch_64_w4": DecodeConfig(block_n=64, num_warps=4, num_stages=1, pipeline="prefetch"),
+}
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("name", list(PIPELINE_CASES))
+def test_decode_pipelines(name, fp8):
+    """The block table read through PTX (Triton multi-buffers K/V) and the hand-prefetched
+    loop, bf16 and fp8 caches, whole and split, against float64."""
+    var = Variant(k_scale=0.02, v_scale=0.5) if fp8 else Variant()
+    case = _fp8_case(LENS, var) if fp8 else make_case(LENS, 8, 128, 16, torch.bfloat16, DEV)
+    for kw in ({}, {"num_splits": 7}):
+        err = _decode(case, LENS, var, config=PIPELINE_CASES[name], **kw)
+        assert err < TOLERANCE[torch.bfloat16], f"{kw} seed {case.seed}: {err:.3e}"
 
 
 def test_prefill_and_extend_fp8():

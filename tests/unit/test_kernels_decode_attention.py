@@ -265,3 +265,121 @@ def test_repeated_calls_take_the_bound_launch():
     with pytest.raises(ValueError, match="dtype"):
         paged_decode_attention(q.half(), case.k_cache, case.v_cache, tables, lens,
                                max_context_len=30)
+
+
+def _bound_case():
+    case = make_case([30, 12], 2, 64, 8, torch.float32)
+    q = random_queries((2, 4, 64), torch.float32, "cpu", case.seed)
+    width = max(len(t) for t in case.block_tables)
+    tables = torch.tensor([t + [0] * (width - len(t)) for t in case.block_tables],
+                          dtype=torch.int32)
+    return case, q, tables, torch.tensor([30, 12], dtype=torch.int32)
+
+
+def test_same_tensors_take_the_identity_cache():
+    """The same tensors twice in a row enter _SAME; fresh views of q do not stay in it."""
+    import kernels.decode_attention as decode_module
+
+    case, q, tables, lens = _bound_case()
+    out = torch.empty_like(q)
+    decode_module.clear_launch_cache()
+    for _ in range(3):
+        paged_decode_attention(q, case.k_cache, case.v_cache, tables, lens, max_context_len=30,
+                               out=out)
+    assert id(q) in decode_module._SAME
+    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, [30, 12])
+    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+    decode_module.clear_launch_cache()
+    view = None
+    for _ in range(4):  # each view dies before the next: CPython may give it the same id
+        view = q[:]
+        paged_decode_attention(view, case.k_cache, case.v_cache, tables, lens,
+                               max_context_len=30, out=out)
+        del view
+    assert len(decode_module._SAME) <= 1
+    assert all(entry[1][0]() is not None for entry in decode_module._SAME.values())
+
+
+def test_identity_cache_sees_in_place_changes():
+    """An in-place resize after a cached call is checked again, not launched with old strides."""
+    import kernels.decode_attention as decode_module
+
+    case, q, tables, lens = _bound_case()
+    args = (q, case.k_cache, case.v_cache, tables, lens)
+    decode_module.clear_launch_cache()
+    for _ in range(3):
+        paged_decode_attention(*args, max_context_len=30)
+    assert id(q) in decode_module._SAME
+    lens.resize_(3)
+    with pytest.raises(ValueError, match="3 lengths"):
+        paged_decode_attention(*args, max_context_len=30)
+    lens.resize_(2)
+    lens.copy_(torch.tensor([30, 12]))
+    tables.resize_(1, tables.shape[1])
+    with pytest.raises(ValueError, match="1 tables"):
+        paged_decode_attention(*args, max_context_len=30)
+
+
+def test_inference_mode_tensors_use_the_property_cache():
+    """Inference tensors have no version counter: calls still work, through _FAST only."""
+    import kernels.decode_attention as decode_module
+
+    case, q, tables, lens = _bound_case()
+    decode_module.clear_launch_cache()
+    with torch.inference_mode():
+        qi, ti, li = q.clone(), tables.clone(), lens.clone()
+        for _ in range(3):
+            out = paged_decode_attention(qi, case.k_cache, case.v_cache, ti, li,
+                                         max_context_len=30)
+    assert not decode_module._SAME and decode_module._FAST
+    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, [30, 12])
+    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+
+
+def test_fp8_widen_option_reaches_the_kernel():
+    """fp8_widen picks the kernel's FP8 constant on the GPU; the interpreter always casts."""
+    from kernels.attention_plan import Shape, make_plan
+    from kernels.decode_config import FP8_WIDEN
+
+    with pytest.raises(ValueError, match="fp8_widen"):
+        DecodeConfig(fp8_widen="bits")
+
+    def fp8_const(kv_dtype, cfg, interpret):
+        sh = Shape(4, 1, 0, 1, 4096, 32, 8, 128, 16, torch.bfloat16, kv_dtype, None, None,
+                   None, False, 0.1, 1.0, 1.0, 0, cfg, None, 132, interpret, False)
+        return make_plan(sh).constexprs["FP8"]
+
+    fp8 = torch.float8_e4m3fn
+    for name, value in FP8_WIDEN.items():
+        assert fp8_const(fp8, DecodeConfig(fp8_widen=name), False) == value
+        assert fp8_const(fp8, DecodeConfig(fp8_widen=name), True) == 1
+    assert fp8_const(torch.bfloat16, DecodeConfig(fp8_widen="asm"), False) == 0
+    assert fp8_const(fp8, None, False) == FP8_WIDEN[DecodeConfig().fp8_widen]
+
+
+@pytest.mark.parametrize("kw", [{}, {"num_splits": 3}, {"sliding_window": 40}])
+def test_hand_prefetched_tiles(kw):
+    """pipeline="prefetch" (next tile loaded ahead by hand; empty, one-tile and long unmasked
+    ranges) matches the reference; table_asm falls back to plain loads here."""
+    for pipeline in ("prefetch", "table_asm"):
+        cfg = DecodeConfig(block_n=16, num_warps=2, num_stages=1, pipeline=pipeline)
+        out, ref, _, case = _run([1, 17, 33, 64, 150], 8, 2, 32, 16, torch.bfloat16, config=cfg,
+                                 **kw)
+        err = rel_error_per_seq_head(out, ref).max()
+        assert err < TOLERANCE[torch.bfloat16], f"{pipeline} seed {case.seed}: {err:.3e}"
+
+
+def test_pipeline_option_reaches_the_kernel():
+    """pipeline picks the kernel's PIPE constant; the interpreter cannot run table_asm's PTX."""
+    from kernels.attention_plan import Shape, make_plan
+    from kernels.decode_config import PIPELINES
+
+    with pytest.raises(ValueError, match="pipeline"):
+        DecodeConfig(pipeline="double")
+    for name, value in PIPELINES.items():
+        for interpret in (False, True):
+            sh = Shape(4, 1, 0, 1, 4096, 32, 8, 128, 16, torch.bfloat16, torch.bfloat16, None,
+                       None, None, False, 0.1, 1.0, 1.0, 0, DecodeConfig(pipeline=name), None,
+                       132, interpret, False)
+            want = 0 if interpret and name == "table_asm" else value
+            assert make_plan(sh).constexprs["PIPE"] == want

@@ -1,0 +1,161 @@
+"""A/B sections of bench_kernels.py: fp8 variants against bf16, ragged split rules, host time.
+
+Every section times its versions alternately in the same minutes (`alternate`: the median of
+each version's per-round medians). fp8 variants differ in how e4m3 tiles become fp16
+(`DecodeConfig.fp8_widen`) and in tile shape; ragged variants in the split rule's knobs. The
+host section times the wrapper's own Python (the launch replaced by a no-op) on the same
+tensors every call and on fresh q / out views every call, as a forward pass makes them.
+Loaded by bench_kernels.py from this folder (benchmarks/ is not a package).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import torch
+
+import kernels.attention as attention_module
+import kernels.decode_attention as decode_module
+from kernels.decode_attention import paged_decode_attention
+from kernels.decode_config import DecodeConfig
+from kernels.layer_timing import AttentionTimer, host_us, median_us
+from kernels.reference import Variant, ref_decode_attention, rel_error_per_seq_head
+
+FP8_SHAPES = ((64, 4096), (16, 16384))
+FP8_VARIANTS = {
+    "cast64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="cast"),
+    "asm64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="asm"),
+    "asmv64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="asm_v"),
+    "asm128w4s2": DecodeConfig(block_n=128, num_warps=4, fp8_widen="asm"),
+    "tab64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm"),
+    "tab64w2s4": DecodeConfig(block_n=64, num_warps=2, num_stages=4, pipeline="table_asm"),
+    "tab128w4s3": DecodeConfig(block_n=128, num_warps=4, num_stages=3, pipeline="table_asm"),
+    "tab32w2s4": DecodeConfig(block_n=32, num_warps=2, num_stages=4, pipeline="table_asm"),
+    "pre64w4s1": DecodeConfig(block_n=64, num_warps=4, num_stages=1, pipeline="prefetch"),
+}
+# bf16 candidates, timed beside the shipped bf16 kernel in every A/B section
+BF16_VARIANTS = {
+    "tab64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm"),
+    "tab32w2s4": DecodeConfig(block_n=32, num_warps=2, num_stages=4, pipeline="table_asm"),
+}
+RAGGED_VARIANTS = {
+    "rag16": DecodeConfig(num_warps=2, ragged_programs_per_sm=16),
+    "rag32": DecodeConfig(num_warps=2, ragged_programs_per_sm=32),
+    **BF16_VARIANTS,
+}
+
+
+def alternate(fns: dict[str, object], rounds: int) -> dict[str, float]:
+    """Median of `rounds` medians per version, versions timed in turn (A/B in the same minutes)."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            times[k].append(median_us(fn, warmup=10, rep=40))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def errors(t: AttentionTimer, lens: list[int], configs: dict[str, DecodeConfig | None]
+           ) -> dict[str, float]:
+    """max error per (sequence, head) of each config against float64 over the dequantised
+    cache, on the first 4 sequences of `lens` (the reference is computed once)."""
+    lens = lens[:4]
+    q, tables = t.queries(len(lens)), t.tables(lens)
+    ref = ref_decode_attention(q, t.k, t.v, tables.tolist(), lens,
+                               variant=Variant(k_scale=t.k_scale, v_scale=t.v_scale))
+    res = {}
+    for name, cfg in configs.items():
+        out = torch.empty_like(q)
+        paged_decode_attention(q, t.k, t.v, tables, lens, out=out, k_scale=t.k_scale,
+                               v_scale=t.v_scale, config=cfg)
+        res[name] = float(rel_error_per_seq_head(out, ref).max())
+    return res
+
+
+def fp8_ab(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
+    """bf16 (shipped and BF16_VARIANTS), the default fp8 kernel and every FP8_VARIANTS entry,
+    alternated, per shape; `*_x` = shipped bf16 time / that version's time."""
+    rows = []
+    for batch, ctx in FP8_SHAPES:
+        lens = [ctx] * batch
+        fns = {"bf16": t16.decode_call(lens), "fp8": t8.decode_call(lens)}
+        fns.update({f"bf16_{k}": t16.decode_call(lens, config=c) for k, c in BF16_VARIANTS.items()})
+        fns.update({k: t8.decode_call(lens, config=c) for k, c in FP8_VARIANTS.items()})
+        times = alternate(fns, 5)
+        errs = errors(t8, lens, {"fp8": None, **FP8_VARIANTS})
+        row = {"batch": batch, "ctx": ctx, **{f"{k}_us": v for k, v in times.items()},
+               **{f"{k}_x": times["bf16"] / v for k, v in times.items() if k != "bf16"},
+               "fp8_tbps": t8.kv_bytes(lens) / times["fp8"] / 1e6,
+               **{f"{k}_err64": v for k, v in errs.items()}}
+        rows.append(row)
+        print(f"fp8_ab {row}", flush=True)
+    return rows
+
+
+def ragged_lens(n: int, lo: int, hi: int) -> list[int]:
+    rng = random.Random(0)
+    return [rng.randint(lo, hi) for _ in range(n)]
+
+
+def wrapper_only_us(fn) -> float:
+    """host_us of `fn` with the Triton launch replaced by a no-op: the wrapper's own Python."""
+
+    class _NoLaunch:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    real = attention_module.for_device
+    decode_module.clear_launch_cache()  # bound launches made before the patch would launch
+    attention_module.for_device = lambda kernel, device: _NoLaunch()
+    try:
+        return host_us(fn, calls=2000)
+    finally:
+        attention_module.for_device = real
+        decode_module.clear_launch_cache()
+
+
+def _calls(t: AttentionTimer, lens: list[int]) -> tuple[object, object, object]:
+    """(same tensors each call, fresh q / out views each call, the two views alone)."""
+    q, tables = t.queries(len(lens)), t.tables(lens)
+    ctx = torch.tensor(lens, dtype=torch.int32, device=q.device)
+    out, most = torch.empty_like(q), max(lens)
+    kw = {"k_scale": t.k_scale, "v_scale": t.v_scale, "max_context_len": most}
+    same = lambda: paged_decode_attention(q, t.k, t.v, tables, ctx, out=out, **kw)
+    fresh = lambda: paged_decode_attention(q[:], t.k, t.v, tables, ctx, out=out[:], **kw)
+    return same, fresh, lambda: (q[:], out[:])
+
+
+def host(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
+    """Wrapper Python per call (same tensors; fresh views minus the views' own cost) and the
+    eager host time per call, three rounds each."""
+    rows = []
+    for name, t, lens in (("1x4096", t16, [4096]), ("64x4096", t16, [4096] * 64),
+                          ("fp8 1x4096", t8, [4096])):
+        same, fresh, views = _calls(t, lens)
+        py, py_fresh, eager = [], [], []
+        for _ in range(3):
+            py.append(wrapper_only_us(same))
+            py_fresh.append(wrapper_only_us(fresh) - host_us(views, calls=2000))
+            eager.append(host_us(same))
+        rows.append({"shape": name, "py_us": min(py), "py_fresh_us": min(py_fresh),
+                     "host_us": min(eager), "py_all": py, "py_fresh_all": py_fresh})
+        print(f"host {rows[-1]}", flush=True)
+    return rows
+
+
+class Dry:
+    """Dry run for compiling in parallel: every timing call runs its function once, and only
+    in worker `index` of `workers` (functions numbered in the order they are first seen,
+    which is the same in every worker; they are kept alive so ids never repeat)."""
+
+    def __init__(self, index: int, workers: int) -> None:
+        self.index, self.workers, self.seen = index, workers, {}
+        self.t0 = time.time()
+
+    def __call__(self, fn, *args, **kwargs) -> float:
+        if id(fn) not in self.seen:
+            self.seen[id(fn)] = (len(self.seen), fn)
+        if self.seen[id(fn)][0] % self.workers == self.index:
+            fn()
+        return float("nan")
