@@ -41,6 +41,8 @@ SCENARIOS: dict[str, tuple[str, list[str], int | None]] = {
     "mooncake-prefix": (MOONCAKE, ["--model", "llama-3.1-8b", "--limit", "24",
                                    "--max-model-len", "16384", "--num-gpu-blocks", "2200",
                                    "--rate-scale", "4"], 150),
+    "azure-conv-fp8": (AZURE, ["--model", "llama-3-8b", "--kv-cache-dtype", "fp8", "--limit",
+                               "60", "--rate-scale", "16"], 300),
     "n4-cow": (AZURE, ["--model", "llama-3-8b", "--limit", "12", "--n", "4",
                        "--sampling-mode", "cow", "--rate-scale", "4"], 200),
     "n4-fanout": (AZURE, ["--model", "llama-3-8b", "--limit", "12", "--n", "4",
