@@ -34,6 +34,13 @@ FP8_VARIANTS = {
     "tab128w4s3": DecodeConfig(block_n=128, num_warps=4, num_stages=3, pipeline="table_asm"),
     "tab32w2s4": DecodeConfig(block_n=32, num_warps=2, num_stages=4, pipeline="table_asm"),
     "pre64w4s1": DecodeConfig(block_n=64, num_warps=4, num_stages=1, pipeline="prefetch"),
+    "tabv64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm",
+                               fp8_widen="asm_v"),
+    "tabv64w2s4": DecodeConfig(block_n=64, num_warps=2, num_stages=4, pipeline="table_asm",
+                               fp8_widen="asm_v"),
+    "asmv128w4s2": DecodeConfig(block_n=128, num_warps=4, fp8_widen="asm_v"),
+    "asmv64w4s2": DecodeConfig(block_n=64, num_warps=4, fp8_widen="asm_v"),
+    "asmv64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="asm_v"),
 }
 # bf16 candidates, timed beside the shipped bf16 kernel in every A/B section
 BF16_VARIANTS = {

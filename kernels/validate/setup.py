@@ -12,6 +12,7 @@ queries and the K/V rows before quantisation are in the model dtype.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,10 @@ def _caches(hdr: LogHeader, layout: Layout, device: torch.device, fill: float
     shape = (hdr.num_gpu_blocks, hdr.block_size, layout.num_kv_heads, layout.head_dim)
     memory: dict[str, Any] = {"all_layers_bytes": _all_layer_bytes(hdr), "allocated": False}
     if device.type == "cuda" and layout.real:
+        # An earlier section's caches may still sit in a reference cycle: collect them and
+        # hand their memory back before judging whether this pool fits.
+        gc.collect()
+        torch.cuda.empty_cache()
         try:
             pool = torch.empty((hdr.num_layers, 2, *shape), dtype=layout.kv_dtype, device=device)
         except torch.cuda.OutOfMemoryError:
