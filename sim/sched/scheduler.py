@@ -1,8 +1,9 @@
 """vLLM v1's scheduling policy over any KV manager (``../shared/docs/vllm_kv_semantics.md`` s.8).
 
 Each step: (1) running sequences in running order, while the token budget lasts, each asking
-``allocate_slots`` for its new tokens; when that returns None the *last* running sequence is
-preempted (and the request retried) until it succeeds or the request preempts itself;
+``allocate_slots`` for its new tokens; when that returns None the *last* running sequence
+(FCFS; under priority the policy's victim, ``policy.py``) is preempted (and the request
+retried) until it succeeds or the request preempts itself;
 (2) only if nothing was preempted: swapped-out groups come back (swap mode), then waiting
 requests are admitted in FCFS order. After the step each sequence's computed count grows by
 its new tokens; one that caught up samples a token, and finishes when it has its output

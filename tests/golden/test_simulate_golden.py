@@ -28,6 +28,8 @@ CASES: dict[str, list[str]] = {
     "default_swap": ["--limit", "40", "--num-gpu-blocks", "120", "--preemption", "swap",
                      "--allocators", "paged,oracle", "--placement", "first-fit", *V014],
 }
+# The same scenarios under the default release (0.33: LIFO free order, admission gate, ...).
+CASES.update({f"{name}_v033": args[:-len(V014)] for name, args in CASES.items()})
 
 
 def _simulate(out: Path, args: list[str]) -> dict[str, Any]:
