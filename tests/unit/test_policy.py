@@ -20,12 +20,13 @@ from tests.unit.simkit import fast_and_reference, simulate, steps
 from traces import Trace, TraceRequest
 
 
-def _manager(num_blocks: int, block_size: int, version: str, **changes: Any
-             ) -> PagedKVCacheManager:
+def _manager(num_blocks: int, block_size: int, version: str, sliding_window: int | None = None,
+             **changes: Any) -> PagedKVCacheManager:
     profile = profile_for(version).replace(**changes)
     return PagedKVCacheManager.from_config(ManagerConfig(
         num_gpu_blocks=num_blocks, block_size=block_size, max_model_len=64,
-        vllm_profile=profile, watermark=profile.watermark or 0.0))
+        sliding_window=sliding_window, vllm_profile=profile,
+        watermark=profile.watermark or 0.0, max_in_flight_tokens=4))
 
 
 def _admit(manager: PagedKVCacheManager, num_tokens: int, chunk: int, busy: bool) -> Any:
@@ -64,6 +65,44 @@ def test_gate_keeps_the_watermark_while_others_run(busy: bool, num_tokens: int,
     (7 usable: 3 prompt blocks fit, 4 do not); with nothing running only the pool counts."""
     manager = _manager(8, 4, "0.33", watermark=0.5)
     assert (_admit(manager, num_tokens, 4, busy) is not None) == fits
+
+
+@pytest.mark.parametrize("version, admitted", [("0.14", True), ("0.19", False),
+                                               ("0.20", True), ("0.21", True), ("0.33", True)])
+def test_gate_sliding_window_cap(version: str, admitted: bool) -> None:
+    """Window 8, bs 4, 4 tokens in flight: a request never holds more than cdiv(8 - 1 + 4, 4)
+    + 1 = 4 blocks, so from 0.20 the gate asks 4 of the 7 free blocks for a 40-token prompt;
+    0.19 asks all 10 and refuses; 0.14 has no gate."""
+    manager = _manager(8, 4, version, sliding_window=8)
+    assert (_admit(manager, 40, 4, busy=False) is not None) == admitted
+
+
+def test_max_num_active_seqs_limits_the_running_set() -> None:
+    """--max-num-active-seqs 2 (0.31+): never more than two running sequences, all served."""
+    trace = _trace([(0.0, 32, 6, 0) for _ in range(6)])
+    result = simulate(trace, vllm_profile=profile_for("0.33"), max_num_active_seqs=2)
+    assert max(steps(result)["num_running_seqs"]) == 2
+    assert result.summary["num_finished"] == 6
+    assert max(steps(simulate(trace))["num_running_seqs"]) == 6
+
+
+def test_watermark_override_fast_path_matches_reference() -> None:
+    """A 0.33 profile with a watermark (requests carry their scheduler status): the fast path
+    gives the reference loop's bytes, and the watermark changes the run."""
+    trace = _trace([(0.01 * i, 40 + 8 * i, 30, 0) for i in range(12)])
+    profile = profile_for("0.33").replace(watermark=0.2)
+    fast, _ = fast_and_reference(trace, num_gpu_blocks=30, vllm_profile=profile)
+    plain = simulate(trace, num_gpu_blocks=30, vllm_profile=profile_for("0.33"))
+    assert fast.log.step_columns() != plain.log.step_columns()
+    assert fast.summary["num_finished"] == 12
+
+
+def test_watermark_spares_running_requests() -> None:
+    """Watermark 0.5 of 11 blocks: a running request (status RUNNING) grows from 4 to 8 blocks
+    into the reserve without preempting itself; only admission keeps the 5 blocks back."""
+    profile = profile_for("0.33").replace(watermark=0.5)
+    result = simulate(_trace([(0.0, 64, 60, 0)]), num_gpu_blocks=11, vllm_profile=profile)
+    assert result.summary["num_finished"] == 1 and result.summary["num_preemptions"] == 0
 
 
 def _group(index: int, arrival: float, priority: int) -> Group:
