@@ -186,7 +186,9 @@ class SchedulerConfig:
         fast: use the fast path (``sim/sched/steady.py``) where it applies.
         debug: check invariants (and the fast path's snapshot) after every step.
         vllm_profile: the vLLM release followed (``allocator/profiles.py``; the admission
-            gate, the lone-request rule and the priority rule read its switches).
+            gate, the lone-request rule and the priority rule read its switches). Built
+            directly the default is 0.14 behaviour; the command line resolves
+            ``--vllm-version`` (default 0.33).
         scheduling_policy: "fcfs" or "priority" (the trace's ``priority`` column).
         long_prefill_token_threshold: most tokens of one prefill chunk (0: no limit).
         max_num_active_seqs: most sequences admitted into the running set (None:
