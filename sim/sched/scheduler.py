@@ -162,8 +162,11 @@ class Scheduler:
         """The reference loop's body for one sequence; False if it preempted itself. The fast
         path skips a paged one-token call that provably changes nothing (before ``call_at``)."""
         c = seq.req.num_computed_tokens
-        n = num_new_tokens(seq.num_tokens, c, min(plan.budget, self.state.prefill_cap),
-                           self.max_model_len)
+        budget = plan.budget
+        cap = self.state.prefill_cap
+        if cap < budget:  # noqa: PLR1730 - a comparison, not min(): runs for every sequence
+            budget = cap
+        n = num_new_tokens(seq.num_tokens, c, budget, self.max_model_len)
         if n <= 0:
             return True
         if (n != 1 or not self.skips_calls or c >= seq.call_at) \
