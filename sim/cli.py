@@ -40,6 +40,12 @@ from sim.cost.capacity import plan_kv_capacity
 from sim.cost.gpus import make_gpu
 from sim.cost.models import get_model
 from sim.engine import build_costs
+from sim.release import (
+    add_release_options,
+    describe_release,
+    gpu_memory_utilization,
+    resolve_profile,
+)
 from sim.workload.source import TraceLoader, load_input
 from traces import Trace, TraceError
 
@@ -83,6 +89,7 @@ def build_parser() -> Parser:
                    help="roofline[:k=v,...], poly:FILE or table:FILE")
     _cache_options(p.add_argument_group("KV cache and scheduler"))
     _run_options(p.add_argument_group("workload and run"))
+    add_release_options(p.add_argument_group("vLLM release and scheduling policy"), D)
     return p
 
 
@@ -91,7 +98,8 @@ def _cache_options(c: argparse._ArgumentGroup) -> None:
     c.add_argument("--num-gpu-blocks", type=int, default=D.num_gpu_blocks,
                    help="override the computed pool size (as printed by vLLM)")
     c.add_argument("--gpu-memory-utilization", type=float, default=D.gpu_memory_utilization,
-                   help="fraction of GPU memory vLLM may use")
+                   help="fraction of GPU memory vLLM may use (default: the release's, 0.9; "
+                        "0.92 from 0.20)")
     c.add_argument("--max-num-seqs", type=int, default=D.max_num_seqs,
                    help="most sequences running at once")
     c.add_argument("--max-num-batched-tokens", type=int, default=D.max_num_batched_tokens,
@@ -178,9 +186,11 @@ def _resolve(o: Options) -> RunConfig:
                    tflops=o.gpu_tflops, pcie_gbps=o.gpu_pcie_gbps)
     if o.block_hash != "fast":
         get_hash_fn_by_name(o.block_hash)
+    profile = resolve_profile(o.vllm_version, o.vllm_overrides)
     capacity = plan_kv_capacity(
         model, gpu, block_size=o.block_size, tp=o.tp,
-        gpu_memory_utilization=o.gpu_memory_utilization, kv_cache_dtype=o.kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization(o.gpu_memory_utilization, profile),
+        kv_cache_dtype=o.kv_cache_dtype,
         max_num_batched_tokens=o.max_num_batched_tokens, max_num_seqs=o.max_num_seqs,
         num_gpu_blocks_override=o.num_gpu_blocks, swap_space_gib=o.swap_space)
     config = RunConfig(
@@ -190,7 +200,8 @@ def _resolve(o: Options) -> RunConfig:
         scheduler=SchedulerConfig(
             o.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_context_len),
             o.max_num_seqs, o.max_num_batched_tokens, o.chunked_prefill, o.preemption,
-            o.sampling_mode, o.fast, o.debug),
+            o.sampling_mode, o.fast, o.debug, profile, o.scheduling_policy,
+            o.long_prefill_token_threshold, o.max_num_active_seqs),
         workload=WorkloadConfig(o.trace, o.format, o.rate_scale, o.limit, o.seed, o.n,
                                 o.beam_width, o.beam_keep_prob),
         output=OutputConfig(out_dir(o), o.record_allocation_log or o.validate, o.progress),
@@ -235,6 +246,8 @@ def describe(config: RunConfig, trace: Trace) -> str:
         (f"  allocators: {', '.join(config.allocators)} (contiguous placement "
          f"{cache.placement})"),
         f"  output: {config.output.out_dir}",
+        describe_release(sched.vllm_profile, sched.scheduling_policy,
+                         sched.long_prefill_token_threshold, sched.max_num_active_seqs),
     ]
     if config.model.sliding_window:
         lines.append(f"  sliding window: {config.model.sliding_window} tokens")

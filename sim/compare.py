@@ -183,8 +183,8 @@ def write_results(config: RunConfig, options: Options, trace: Trace, trace_sha25
 
 def config_record(config: RunConfig, options: Options) -> dict[str, Any]:
     """config.json's content (without provenance): the options as given, the scheduler's
-    knobs (cache, scheduler, workload and output values, in the file's order), the model,
-    GPU, capacity and step model."""
+    knobs (cache, scheduler, workload and output values, in the file's order), the vLLM
+    release profile, the model, GPU, capacity and step model."""
     cache, sched, work = config.cache, config.scheduler, config.workload
     return {
         "options": asdict(options),
@@ -196,7 +196,11 @@ def config_record(config: RunConfig, options: Options) -> dict[str, Any]:
             "preemption": sched.preemption, "num_cpu_blocks": cache.num_cpu_blocks,
             "n": work.n, "beam_width": work.beam_width, "sampling_mode": sched.sampling_mode,
             "beam_keep_prob": work.beam_keep_prob, "seed": work.seed, "fast": sched.fast,
-            "debug": sched.debug, "record_log": config.output.record_log},
+            "debug": sched.debug, "record_log": config.output.record_log,
+            "scheduling_policy": sched.scheduling_policy,
+            "long_prefill_token_threshold": sched.long_prefill_token_threshold,
+            "max_num_active_seqs": sched.max_num_active_seqs},
+        "vllm_profile": sched.vllm_profile.as_dict(),
         "model": asdict(config.model),
         "gpu": asdict(config.gpu.spec),
         "capacity": asdict(config.capacity) if config.capacity is not None else None,

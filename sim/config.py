@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from allocator.profiles import DEFAULT_PROFILE, VllmProfile
 from sim.cost.capacity import KVCapacity
 from sim.cost.gpus import GpuSpec
 from sim.cost.models import ModelConfig
+from sim.release import release_problem, scheduler_problem
 
 DEFAULT_ALLOCATORS = "paged,paged-nocache,max,pow2,oracle,ft"
 PLACEMENTS = ("buddy", "first-fit")
@@ -63,7 +65,7 @@ class Options:
     step_model: str = "roofline"
     block_size: int = 16
     num_gpu_blocks: int | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int | None = None
@@ -88,8 +90,19 @@ class Options:
     report: bool = False
     validate: bool = False
     sweep: str | None = None
+    vllm_version: str = "0.33"
+    vllm_overrides: tuple[str, ...] = ()
+    scheduling_policy: str = "fcfs"
+    long_prefill_token_threshold: int = 0
+    max_num_active_seqs: int | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "vllm_overrides", tuple(self.vllm_overrides or ()))
+        problem = release_problem(self.vllm_version, self.vllm_overrides, self.scheduling_policy,
+                                  self.long_prefill_token_threshold, self.max_num_active_seqs,
+                                  self.max_num_seqs)
+        if problem is not None:
+            raise OptionError(*problem)
         for name in _POSITIVE:
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -172,6 +185,14 @@ class SchedulerConfig:
         sampling_mode: n > 1: "cow" (one prefill, fork after it) or "fanout" (n requests).
         fast: use the fast path (``sim/sched/steady.py``) where it applies.
         debug: check invariants (and the fast path's snapshot) after every step.
+        vllm_profile: the vLLM release followed (``allocator/profiles.py``; the admission
+            gate, the lone-request rule and the priority rule read its switches). Built
+            directly the default is 0.14 behaviour; the command line resolves
+            ``--vllm-version`` (default 0.33).
+        scheduling_policy: "fcfs" or "priority" (the trace's ``priority`` column).
+        long_prefill_token_threshold: most tokens of one prefill chunk (0: no limit).
+        max_num_active_seqs: most sequences admitted into the running set (None:
+            ``max_num_seqs``; vLLM 0.31+).
     """
 
     max_model_len: int = 4096
@@ -182,8 +203,17 @@ class SchedulerConfig:
     sampling_mode: str = "cow"
     fast: bool = True
     debug: bool = False
+    vllm_profile: VllmProfile = DEFAULT_PROFILE
+    scheduling_policy: str = "fcfs"
+    long_prefill_token_threshold: int = 0
+    max_num_active_seqs: int | None = None
 
     def __post_init__(self) -> None:
+        problem = scheduler_problem(self.vllm_profile, self.scheduling_policy,
+                                    self.long_prefill_token_threshold, self.max_num_active_seqs,
+                                    self.max_num_seqs)
+        if problem is not None:
+            raise OptionError(*problem)
         if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise OptionError("max_num_batched_tokens", (
                 f"without chunked prefill, --max-num-batched-tokens "

@@ -32,6 +32,7 @@ from sim.config import RunConfig
 from sim.cost.step_base import StepModel, StepTime
 from sim.cost.step_model import make_step_model
 from sim.cost.swap_cost import make_swap_cost
+from sim.release import max_in_flight_tokens
 from sim.results.metrics import RunLog, summarize
 from sim.sched.admission import fits_empty_pool
 from sim.sched.coast import Coaster
@@ -178,7 +179,8 @@ def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
     caching = config.cache.prefix_caching and name not in CONTIGUOUS
     manager = _make_manager(name, config, caching)
     cache = config.cache
-    workload = Workload(trace, config, make_hasher(cache.block_size, cache.block_hash)
+    profile = config.scheduler.vllm_profile
+    workload = Workload(trace, config, make_hasher(cache.block_size, cache.block_hash, profile)
                         if caching else None)
     log = RunLog(len(trace))
     paged = isinstance(manager, PagedKVCacheManager)
@@ -218,12 +220,15 @@ def _engine_state(sched: Scheduler, debug: bool, log_writer: Any) -> EngineState
 
 
 def _make_manager(name: str, config: RunConfig, caching: bool) -> KVManager:
-    cache = config.cache
+    cache, sched = config.cache, config.scheduler
     return make_manager(name, ManagerConfig(
         num_gpu_blocks=cache.num_gpu_blocks, block_size=cache.block_size,
-        max_model_len=config.scheduler.max_model_len, enable_caching=caching,
+        max_model_len=sched.max_model_len, enable_caching=caching,
         sliding_window=config.model.sliding_window, num_cpu_blocks=cache.num_cpu_blocks,
-        placement=cache.placement, log_stats=False))
+        placement=cache.placement, log_stats=False, vllm_profile=sched.vllm_profile,
+        watermark=sched.vllm_profile.watermark or 0.0,
+        max_in_flight_tokens=max_in_flight_tokens(sched.vllm_profile,
+                                                  sched.max_num_batched_tokens)))
 
 
 def _finish(name: str, sched: Scheduler, caching: bool, block_size: int,

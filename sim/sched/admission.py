@@ -5,16 +5,20 @@ Waiting entries are fresh groups (built into sequences only when they reach the 
 that has forked (cow samples, beams) and was preempted by recompute comes back as one unit,
 admitted all or nothing. Contiguous managers cannot share, so there every sample and beam is
 its own sequence with its own region (``independent``), as in the paper's baselines. Heads
-are admitted in FCFS order through ``get_computed_blocks`` + ``allocate_slots`` while the
-budget and ``max_num_seqs`` allow; the first failure stops admission.
+are admitted in FCFS (or priority) order through ``get_computed_blocks`` + ``allocate_slots``
+(under the release's admission gate, ``policy.admit_call``) while the budget and
+``max_num_seqs`` (and ``max_num_active_seqs``) allow; the first failure stops admission.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
+from allocator.request import RequestStatus
 from sim.config import RunConfig
 from sim.sched.plan import StepPlan
+from sim.sched.policy import admit_call, priority_to_front
 from sim.sched.state import SchedState, Unit
 from sim.workload.sequence import REJECTED, RUNNING, WAITING, Group, Seq
 
@@ -40,6 +44,10 @@ class Admission:
         self.can_ever_fit = can_ever_fit
         self.forming = True
         self.failed: tuple[Any, ...] | None = None
+        config = state.config
+        self.allocate = admit_call(state.manager, config)
+        self.priority = config.scheduling_policy == "priority"
+        self.max_seqs = min(config.max_num_seqs, config.max_num_active_seqs or sys.maxsize)
 
     def add_group(self, group: Group) -> None:
         """A request arrives: queue it, or reject it at once when it can never be served."""
@@ -56,8 +64,10 @@ class Admission:
             return
         state = self.state
         waiting, running = state.waiting, state.running
-        max_seqs = state.config.max_num_seqs
+        max_seqs = self.max_seqs
         while waiting and plan.budget > 0 and len(running) < max_seqs:
+            if self.priority:
+                priority_to_front(waiting)
             unit = self._head_unit()
             if unit is None:
                 continue
@@ -117,16 +127,17 @@ class Admission:
         req = seq.req
         seq.flush()
         blocks, hit = state.manager.get_computed_blocks(req)
-        n = seq.num_tokens - hit
+        n = min(seq.num_tokens - hit, state.prefill_cap)
         if not state.config.chunked_prefill and n > plan.budget:
             return False
         n = min(n, plan.budget)
         key = (id(seq), state.epoch, n, hit)
         if single and key == self.failed:
             return False
-        if state.manager.allocate_slots(req, n, hit, blocks) is None:
+        if self.allocate(req, n, hit, blocks, bool(state.running)) is None:
             self.failed = key if single else None
             return False
+        req.status = RequestStatus.RUNNING
         req.num_computed_tokens = hit
         state.join_running(seq)
         if state.tracker is not None:
@@ -149,6 +160,7 @@ class Admission:
         self.state.leave_running(seq)
         self.state.free_seq(seq)
         seq.req.num_computed_tokens = 0
+        seq.req.status = RequestStatus.WAITING
         seq.status = WAITING
 
     def _check_unservable(self, unit: Unit, plan: StepPlan) -> None:

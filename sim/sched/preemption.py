@@ -11,6 +11,7 @@ take it (or the manager cannot swap) the preemption falls back to recompute. A f
 from __future__ import annotations
 
 from allocator.interface import NoFreeBlocksError
+from allocator.request import RequestStatus
 from sim.sched.plan import StepPlan
 from sim.sched.state import SchedState, num_new_tokens
 from sim.workload.sequence import RUNNING, SWAPPED, WAITING, Seq
@@ -44,6 +45,7 @@ class Preemption:
             state.free_seq(seq)
             seq.req.num_computed_tokens = 0
             seq.req.num_preemptions += 1
+            seq.req.status = RequestStatus.PREEMPTED
             seq.status = WAITING
         if group.forked:
             state.waiting.appendleft(seqs)

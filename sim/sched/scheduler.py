@@ -1,8 +1,9 @@
 """vLLM v1's scheduling policy over any KV manager (``../shared/docs/vllm_kv_semantics.md`` s.8).
 
 Each step: (1) running sequences in running order, while the token budget lasts, each asking
-``allocate_slots`` for its new tokens; when that returns None the *last* running sequence is
-preempted (and the request retried) until it succeeds or the request preempts itself;
+``allocate_slots`` for its new tokens; when that returns None the *last* running sequence
+(FCFS; under priority the policy's victim, ``policy.py``) is preempted (and the request
+retried) until it succeeds or the request preempts itself;
 (2) only if nothing was preempted: swapped-out groups come back (swap mode), then waiting
 requests are admitted in FCFS order. After the step each sequence's computed count grows by
 its new tokens; one that caught up samples a token, and finishes when it has its output
@@ -24,6 +25,7 @@ from sim.results.metrics import RunLog, step_row
 from sim.sched.admission import Admission
 from sim.sched.coast import Coaster
 from sim.sched.plan import StepPlan
+from sim.sched.policy import pick_victim, prefill_cap
 from sim.sched.preemption import Preemption
 from sim.sched.sampling import Sampling
 from sim.sched.state import SchedState, num_new_tokens
@@ -38,19 +40,29 @@ class SimulationError(RuntimeError):
 
 
 def uses_fast_path(manager: KVManager, config: RunConfig, workload: Workload) -> bool:
-    """Whether the fast path's shortcuts are proven for this run: the paged manager or a
-    contiguous one, full attention, recompute preemption, no forks (beams; cow samples on a
-    paged manager) and no allocation log."""
+    """Whether the fast path's shortcuts are proven for this run (``fast_path_refusal``)."""
+    return fast_path_refusal(manager, config, workload) is None
+
+
+def fast_path_refusal(manager: KVManager, config: RunConfig, workload: Workload) -> str | None:
+    """Why the fast path does not apply to this run, or None where its shortcuts are proven:
+    the paged manager or a contiguous one, full attention, recompute preemption, FCFS (its
+    steady set keeps running order, which decides the victim), no forks (beams; cow samples
+    on a paged manager) and no allocation log."""
     sched = config.scheduler
-    if not sched.fast or config.output.record_log or config.model.sliding_window is not None:
-        return False
     contiguous = isinstance(manager, ContiguousManager)
-    if not (contiguous or isinstance(manager, PagedKVCacheManager)) \
-            or sched.preemption != "recompute":
-        return False
     apart = contiguous or sched.sampling_mode == "fanout"
-    return all(width == 1 and (n == 1 or apart)
-               for n, width in zip(workload.n, workload.beam_width))
+    refusals = (
+        (not sched.fast, "--no-fast"),
+        (config.output.record_log, "the allocation log is recorded"),
+        (config.model.sliding_window is not None, "sliding-window attention"),
+        (not (contiguous or isinstance(manager, PagedKVCacheManager)), "an unknown manager"),
+        (sched.preemption != "recompute", "swap preemption"),
+        (sched.scheduling_policy != "fcfs", "priority scheduling"),
+        (not all(width == 1 and (n == 1 or apart)
+                 for n, width in zip(workload.n, workload.beam_width)), "forked sequences"),
+    )
+    return next((reason for refused, reason in refusals if refused), None)
 
 
 class Scheduler:
@@ -80,6 +92,10 @@ class Scheduler:
             state, split=lambda group: independent or (fanout and group.beam_width == 1),
             request_batching=request_batching, can_ever_fit=can_ever_fit)
         self.preemption = Preemption(state)
+        profile = config.scheduler.vllm_profile
+        self.policy = config.scheduler.scheduling_policy
+        self.continue_after_self_preemption = (self.policy == "priority"
+                                               and profile.priority_self_preemption_continue)
         self.sampling = Sampling(state)
         self.steady: SteadySet | None = None
         self.coaster: Coaster | None = None
@@ -117,6 +133,7 @@ class Scheduler:
         if state.record_log:
             plan.events = {}
         state.now = now
+        state.prefill_cap = prefill_cap(state.config, len(state.running) + len(state.waiting))
         if self.steady is None:
             self._run_seqs(plan, list(state.running.values()))
         else:
@@ -130,12 +147,14 @@ class Scheduler:
 
     def _run_seqs(self, plan: StepPlan, seqs: list[Seq]) -> int | None:
         """Schedule ``seqs`` (running order) while budget lasts; the key that stopped it, if
-        any. A steady sequence makes its call in place and stays steady."""
+        any. A steady sequence makes its call in place and stays steady. Under priority from
+        0.33 a sequence that preempted itself lets the ones behind it run (else it stops)."""
         steady = self.steady
         for seq in seqs:
             if seq.steady and steady is not None and steady.call(seq):
                 continue
-            if plan.budget > 0 and seq.status == RUNNING and not self._run_one(seq, plan):
+            if plan.budget > 0 and seq.status == RUNNING and not self._run_one(seq, plan) \
+                    and not self.continue_after_self_preemption:
                 return seq.key
         return None
 
@@ -143,7 +162,11 @@ class Scheduler:
         """The reference loop's body for one sequence; False if it preempted itself. The fast
         path skips a paged one-token call that provably changes nothing (before ``call_at``)."""
         c = seq.req.num_computed_tokens
-        n = num_new_tokens(seq.num_tokens, c, plan.budget, self.max_model_len)
+        budget = plan.budget
+        cap = self.state.prefill_cap
+        if cap < budget:  # noqa: PLR1730 - a comparison, not min(): runs for every sequence
+            budget = cap
+        n = num_new_tokens(seq.num_tokens, c, budget, self.max_model_len)
         if n <= 0:
             return True
         if (n != 1 or not self.skips_calls or c >= seq.call_at) \
@@ -153,14 +176,15 @@ class Scheduler:
         return True
 
     def _allocate_running(self, seq: Seq, c: int, n: int, plan: StepPlan) -> bool:
-        """allocate_slots for a running sequence, preempting the last one until it fits.
+        """allocate_slots for a running sequence, preempting the policy's victim (the last
+        one, FCFS) until it fits.
 
-        Returns False when ``seq`` itself was preempted (the running loop then stops).
+        Returns False when ``seq`` itself was preempted.
         """
         state = self.state
         seq.flush()
         while self.manager.allocate_slots(seq.req, n) is None:
-            victim = state.running[next(reversed(state.running))]
+            victim = pick_victim(state.running, self.policy)
             self.preemption.preempt(victim, plan)
             if seq.status != RUNNING:
                 if not state.running and all(g is seq.group for g in state.swapped):

@@ -8,6 +8,7 @@ The fast path follows the same events through a ``Tracker`` (``sim/sched/steady.
 """
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -78,6 +79,8 @@ class SchedState:
         self.num_preemptions = 0
         self.num_cow_copies = 0
         self.num_swap_fallbacks = 0
+        self.prefill_cap = sys.maxsize
+        """Most tokens a request computes this step (``policy.prefill_cap``, set per step)."""
 
     def num_waiting(self) -> int:
         """Waiting queue entries (requests not yet started, or sequences to re-admit)."""

@@ -33,7 +33,11 @@ from sim.sweep.store import CELL_FILE, ERROR_FILE, SCHEMA_VERSION, commit, make_
 from sim.workload.source import load_input
 from traces import Trace, TraceError, default_workload, load_trace
 
-_CONVERTERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "int": int, "float": float, "str": str,
+    "tuple[str, ...]": lambda text: tuple(part.strip() for part in text.split(";") if part.strip()),
+}
+"""Text to value per option type; a list of texts (``--vllm-override``) is ';'-separated."""
 
 
 class CellError(RuntimeError):

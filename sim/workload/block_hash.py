@@ -8,20 +8,35 @@ block's hash is two 64-bit lanes of a chained polynomial over per-block mixed co
     H_i = H_{i-1} * R + c_i   (mod 2**64)               chained like vLLM's parent hash
 
 so H_i identifies tokens 0 .. (i+1)*bs - 1, equal prefixes give equal hashes and unequal ones
-collide with probability about 2**-128: prefix-cache hits are the same as with sha256. All
+collide with probability about 2**-128: prefix-cache hits are the same as with sha256. A
+request's extra keys (LoRA name, cache salt; ``allocator.hashing`` builds them in the
+profile's format) are digested once and xor-ed into the mixed content of every block they
+belong to, so requests share blocks exactly when vLLM's keys are equal. All
 full blocks of a token array are hashed in a few numpy calls, and ``hash_runs`` hashes many
 sequences' token arrays in one pass (the simulator hashes each sequence's whole future token
 list in advance and hands the hashes to its ``SimRequest``).
 """
 from __future__ import annotations
 
+import hashlib
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from allocator.hashing import get_hash_fn_by_name, get_request_block_hasher
+from allocator import hashing
+from allocator.hashing import (
+    generate_block_hash_extra_keys,
+    get_hash_fn_by_name,
+    get_request_block_hasher,
+    init_none_hash,
+)
+from allocator.profiles import DEFAULT_PROFILE, VllmProfile
 from allocator.request import Request
+
+KeyLanes = tuple[tuple[int, int], tuple[int, int]] | None
+"""A request's digested extra keys: (block 0's lanes, every later block's lanes); None: none."""
 
 _U64 = np.uint64
 _MASK = (1 << 64) - 1
@@ -43,10 +58,39 @@ def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x ^ (x >> _S31)  # type: ignore[no-any-return]
 
 
+def _digest(extra: tuple[Any, ...] | None) -> tuple[int, int]:
+    """Two 64-bit lanes standing for one block's extra keys ((0, 0) for none)."""
+    if extra is None:
+        return 0, 0
+    raw = hashlib.sha256(repr(extra).encode()).digest()
+    return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:16], "little")
+
+
+def extra_key_lanes(lora_name: str | None, cache_salt: str | None, block_size: int,
+                    extra_keys: str = "plain") -> KeyLanes:
+    """A request's extra keys in the ``extra_keys`` format, digested for the fast hash.
+
+    vLLM gives block 0 the LoRA key and the salt (a non-empty one) and every later block the
+    LoRA key only; ``allocator.hashing.generate_block_hash_extra_keys`` builds both here.
+    """
+    if lora_name is None and not cache_salt:
+        return None
+    request = SimpleNamespace(lora_name=lora_name, lora_path=None, cache_salt=cache_salt)
+    first = generate_block_hash_extra_keys(request, 0, block_size, 0, extra_keys)[0]
+    rest = generate_block_hash_extra_keys(request, block_size, 2 * block_size, 0,
+                                          extra_keys)[0]
+    return _digest(first), _digest(rest)
+
+
+def request_key_lanes(request: Any, block_size: int, extra_keys: str) -> KeyLanes:
+    """:func:`extra_key_lanes` of a request's ``lora_name`` and ``cache_salt``."""
+    return extra_key_lanes(request.lora_name, request.cache_salt, block_size, extra_keys)
+
+
 class _Lanes:
     """Precomputed weights and powers for both 64-bit lanes (column k is lane k)."""
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, seed: list[int] | None = None) -> None:
         mults = [lane[0] for lane in _LANES]
         self.mults = mults
         self.invs = [pow(m, -1, 1 << 64) for m in mults]
@@ -54,7 +98,7 @@ class _Lanes:
             [[pow(lane[1], block_size - 1 - j, 1 << 64) for lane in _LANES]
              for j in range(block_size)], dtype=np.uint64)
         self.salt = np.array([lane[2] for lane in _LANES], dtype=np.uint64)
-        self.seed = [lane[3] for lane in _LANES]
+        self.seed = seed or [lane[3] for lane in _LANES]
         self.pow_r = np.ones((1, 2), dtype=np.uint64)
         self.pow_inv = np.ones((1, 2), dtype=np.uint64)
 
@@ -72,16 +116,22 @@ class _Lanes:
             self.pow_inv = np.array(ri, dtype=np.uint64)
         return self.pow_r[1:count + 1], self.pow_inv[1:count + 1]
 
-    def content(self, blocks: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-        """c_i per lane for each row of ``blocks`` ([num_blocks, block_size]), shape [n, 2]."""
-        return _mix64(blocks @ self.weights + self.salt)
+    def content(self, blocks: npt.NDArray[np.uint64],
+                keys: npt.NDArray[np.uint64] | None = None) -> npt.NDArray[np.uint64]:
+        """c_i per lane for each row of ``blocks`` ([num_blocks, block_size]), shape [n, 2];
+        ``keys`` ([n, 2], optional) are the blocks' digested extra keys."""
+        mixed = blocks @ self.weights + self.salt
+        if keys is not None:
+            mixed ^= keys
+        return _mix64(mixed)
 
-    def chain(self, blocks: npt.NDArray[np.uint64], parent: list[int]) -> npt.NDArray[np.uint64]:
+    def chain(self, blocks: npt.NDArray[np.uint64], parent: list[int],
+              keys: npt.NDArray[np.uint64] | None = None) -> npt.NDArray[np.uint64]:
         """H_i per lane for each row of ``blocks`` ([num_blocks, block_size]) after ``parent``.
 
         H_i = R^(i+1) * (parent + sum_{m<=i} R^-(m+1) * c_m), all mod 2**64.
         """
-        content = self.content(blocks)
+        content = self.content(blocks, keys)
         pow_r, pow_inv = self.powers(len(content))
         acc = np.cumsum(content * pow_inv, axis=0, dtype=np.uint64)
         acc += np.array(parent, dtype=np.uint64)
@@ -95,23 +145,56 @@ def as_hash_bytes(lanes: npt.NDArray[np.uint64]) -> list[bytes]:
     return hashes
 
 
+_FIXED_SEED = hashlib.sha256(b"vllm-none-hash").digest()
+
+
+def _seed_lanes(none_hash_seed: str) -> list[int] | None:
+    """The chain's seed H_-1: vLLM 0.29+'s fixed NONE_HASH seed gives lanes from its digest;
+    under a "random" seed the default lanes stand in for it (a run's requests all share one
+    seed, so it changes no hit, and runs must repeat)."""
+    if none_hash_seed != "fixed":
+        return None
+    return [int.from_bytes(_FIXED_SEED[:8], "little"), int.from_bytes(_FIXED_SEED[8:16], "little")]
+
+
+def _block_keys(keys: KeyLanes, first: bool, count: int) -> npt.NDArray[np.uint64] | None:
+    """The [count, 2] extra-key lanes of ``count`` consecutive blocks (``first``: the first of
+    them is block 0), or None without keys."""
+    if keys is None or count == 0:
+        return None
+    out = np.empty((count, 2), dtype=np.uint64)
+    out[:] = np.array(keys[1], dtype=np.uint64)
+    if first:
+        out[0] = np.array(keys[0], dtype=np.uint64)
+    return out
+
+
 class FastBlockHasher:
     """``hasher(request) -> list[bytes]``: the request's new full-block hashes (16 bytes each).
 
     Drop-in for ``allocator.hashing.RequestBlockHasher``: it publishes ``block_size`` so that
-    ``Request`` calls it only when a block fills up.
+    ``Request`` calls it only when a block fills up. ``extra_keys`` is the profile's extra-key
+    format (``VllmProfile.extra_keys``) and ``none_hash_seed`` its NONE_HASH seed switch.
     """
 
-    __slots__ = ("_lanes", "block_size")
+    __slots__ = ("_lanes", "block_size", "extra_keys")
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, extra_keys: str = "plain",
+                 none_hash_seed: str = "random") -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
-        self._lanes = _Lanes(block_size)
+        self.extra_keys = extra_keys
+        self._lanes = _Lanes(block_size, _seed_lanes(none_hash_seed))
 
-    def hash_tokens(self, token_ids: npt.ArrayLike, parent: bytes | None = None) -> list[bytes]:
-        """Hashes of the full blocks of ``token_ids`` following the block hashed ``parent``."""
+    def key_lanes(self, lora_name: str | None, cache_salt: str | None) -> KeyLanes:
+        """:func:`extra_key_lanes` in this hasher's format."""
+        return extra_key_lanes(lora_name, cache_salt, self.block_size, self.extra_keys)
+
+    def hash_tokens(self, token_ids: npt.ArrayLike, parent: bytes | None = None,
+                    keys: KeyLanes = None) -> list[bytes]:
+        """Hashes of the full blocks of ``token_ids`` following the block hashed ``parent``
+        (None: these start at block 0), with the request's extra ``keys``."""
         tokens = np.asarray(token_ids, dtype=np.int64)
         num_blocks = len(tokens) // self.block_size
         if num_blocks == 0:
@@ -122,20 +205,24 @@ class FastBlockHasher:
             seed = self._lanes.seed
         else:
             seed = [int.from_bytes(parent[:8], "little"), int.from_bytes(parent[8:16], "little")]
-        return as_hash_bytes(self._lanes.chain(blocks, seed))
+        block_keys = _block_keys(keys, parent is None, num_blocks)
+        return as_hash_bytes(self._lanes.chain(blocks, seed, block_keys))
 
-    def hash_runs(self, tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64]
+    def hash_runs(self, tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64],
+                  keys: list[KeyLanes] | None = None
                   ) -> tuple[list[bytes], npt.NDArray[np.int64]]:
-        """``hash_tokens`` of every run ``tokens[offsets[r]:offsets[r + 1]]`` in one pass.
+        """``hash_tokens`` of every run ``tokens[offsets[r]:offsets[r + 1]]`` in one pass
+        (run r with extra keys ``keys[r]``).
 
         Returns:
             (hashes, block_offsets): run r's block hashes are
             ``hashes[block_offsets[r]:block_offsets[r + 1]]``.
         """
-        lanes, block_offsets = self.hash_runs_array(tokens, offsets)
+        lanes, block_offsets = self.hash_runs_array(tokens, offsets, keys)
         return as_hash_bytes(lanes), block_offsets
 
-    def hash_runs_array(self, tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64]
+    def hash_runs_array(self, tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64],
+                        keys: list[KeyLanes] | None = None
                         ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
         """:meth:`hash_runs` with the hashes as a [num_blocks, 2] uint64 array (both lanes;
         :func:`as_hash_bytes` turns it into the hash list)."""
@@ -152,7 +239,7 @@ class FastBlockHasher:
         first = np.repeat(starts, counts) + local * bs
         blocks = tokens[first[:, None] + np.arange(bs)].astype(np.uint64)
         lanes = self._lanes
-        content = lanes.content(blocks)
+        content = lanes.content(blocks, _run_keys(keys, counts, local))
         pow_r, pow_inv = lanes.powers(int(counts.max()))
         # The chain of each run, as in _Lanes.chain, with a cumulative sum restarted per run.
         acc = np.cumsum(content * pow_inv[local], axis=0, dtype=np.uint64)
@@ -174,12 +261,27 @@ class FastBlockHasher:
         bs = self.block_size
         array = getattr(request, "token_array", None)  # a SimRequest: no list to build
         tokens = (array if array is not None else request.all_token_ids)[start * bs: end * bs]
-        return self.hash_tokens(tokens, done[-1] if done else None)
+        keys = request_key_lanes(request, bs, self.extra_keys)
+        return self.hash_tokens(tokens, done[-1] if done else None, keys)
 
 
-def make_hasher(block_size: int, algo: str) -> Any:
+def _run_keys(keys: list[KeyLanes] | None, counts: npt.NDArray[np.int64],
+              local: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64] | None:
+    """Every block's extra-key lanes ([num_blocks, 2]) for runs of ``counts`` blocks."""
+    if keys is None or all(k is None for k in keys):
+        return None
+    first = np.array([k[0] if k else (0, 0) for k in keys], dtype=np.uint64).reshape(-1, 2)
+    rest = np.array([k[1] if k else (0, 0) for k in keys], dtype=np.uint64).reshape(-1, 2)
+    return np.where((local == 0)[:, None], np.repeat(first, counts, axis=0),
+                    np.repeat(rest, counts, axis=0))
+
+
+def make_hasher(block_size: int, algo: str, profile: VllmProfile = DEFAULT_PROFILE) -> Any:
     """``fast`` (this module's ``FastBlockHasher``, the default) or a vLLM hash by name
-    (sha256, sha256_cbor, xxhash, blake2b)."""
+    (sha256, sha256_cbor, xxhash, blake2b), in ``profile``'s extra-key format and seed."""
     if algo == "fast":
-        return FastBlockHasher(block_size)
-    return get_request_block_hasher(block_size, get_hash_fn_by_name(algo))
+        return FastBlockHasher(block_size, profile.extra_keys, profile.none_hash_seed)
+    hash_fn = get_hash_fn_by_name(algo)
+    if hashing.NONE_HASH is None:
+        init_none_hash(hash_fn, profile.none_hash_seed)
+    return get_request_block_hasher(block_size, hash_fn, profile.extra_keys)

@@ -40,6 +40,7 @@ class Group:
         "num_preemptions",
         "num_running",
         "output_len",
+        "priority",
         "prompt_len",
         "reject_reason",
         "request_id",
@@ -73,6 +74,8 @@ class Group:
         self.forked = False
         self.rng: object = None
         self.num_running = 0
+        self.priority = 0
+        """The trace's priority (``--scheduling-policy priority``: lower is served first)."""
 
     @property
     def width(self) -> int:

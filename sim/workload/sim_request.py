@@ -25,6 +25,8 @@ class SimRequest(Request):
     ``block_hashes`` (optional) are the hasher's hashes of every full block of ``tokens``,
     computed in advance; filled blocks then take theirs from it instead of calling the hasher.
     ``prompt_token_ids``, ``all_token_ids`` and ``output_token_ids`` return fresh lists.
+    ``lora_name``, ``cache_salt`` and ``priority`` are the trace's serving fields (the
+    hashers read the first two as extra keys).
 
     Raises:
         ValueError: an empty prompt, ``max_tokens < 1``, or appending past the array.
@@ -42,6 +44,9 @@ class SimRequest(Request):
         block_hasher: BlockHasher | None = None,
         final_output_len: int | None = None,
         block_hashes: list[BlockHash] | None = None,
+        lora_name: str | None = None,
+        cache_salt: str | None = None,
+        priority: int = 0,
     ) -> None:
         if num_prompt < 1 or num_prompt > len(tokens):
             raise ValueError(f"request {request_id!r}: prompt length {num_prompt} outside "
@@ -50,8 +55,8 @@ class SimRequest(Request):
         self._tokens = tokens
         self._num_prompt = num_prompt
         self._num_tokens = num_prompt
-        self._init_state(max_tokens, arrival_time, None, None, 0, block_hasher, final_output_len,
-                         False)
+        self._init_state(max_tokens, arrival_time, lora_name, cache_salt, priority, block_hasher,
+                         final_output_len, False)
         self._hashes = None
         if block_hasher is not None and block_hashes is not None and self._hash_step:
             if len(block_hashes) != len(tokens) // self._hash_step:

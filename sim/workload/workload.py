@@ -10,7 +10,8 @@ its outputs under the key ``"{request_id}/{k}"`` and a forked beam under
 admission, so a long waiting queue holds no token lists. Rows whose tokens are one derived
 run (no shared segments or source ids: the Azure traces, most synthetic ones) are derived
 and hashed ``PREFETCH`` at a time in one vectorised pass; each sequence is a ``SimRequest``
-over its token array.
+over its token array. A row's ``lora_name`` and ``cache_salt`` go into its requests (and so
+into their block hashes), its ``priority`` into its group.
 """
 from __future__ import annotations
 
@@ -56,6 +57,9 @@ class Workload:
         self.lines = trace.lines.tolist() if trace.lines is not None else None
         self.num_forks = 0
         self.derived = trace.derived_rows().tolist()
+        self.salts = _names(trace.cache_salts)
+        self.loras = _names(trace.lora_names)
+        self.priorities = trace.priorities.tolist() if trace.priorities is not None else None
         self.ready: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
 
     def __len__(self) -> int:
@@ -70,7 +74,20 @@ class Workload:
                       self.beam_width[index], line)
         if prompt >= self.max_model_len:
             group.reject_reason = "prompt_too_long"
+        if self.priorities is not None:
+            group.priority = self.priorities[index]
         return group
+
+    def serving_fields(self, index: int) -> tuple[str | None, str | None]:
+        """Row ``index``'s (lora_name, cache_salt), None where it has none."""
+        return (self.loras[index] if self.loras is not None else None,
+                self.salts[index] if self.salts is not None else None)
+
+    def _key_lanes(self, index: int) -> Any:
+        """The fast hasher's digested extra keys of row ``index`` (None: none)."""
+        if self.fast_hasher is None or (self.loras is None and self.salts is None):
+            return None
+        return self.fast_hasher.key_lanes(*self.serving_fields(index))
 
     def output_len(self, index: int) -> int:
         """Row ``index``'s output length after truncation to ``max_model_len`` (a prompt of
@@ -116,8 +133,10 @@ class Workload:
         start = parent.num_tokens
         rest = group.output_len - parent.num_out
         own = derive_token_ids(self.seed, label, start, rest, self.trace.vocab_size).tolist()
+        lora_name, cache_salt = self.serving_fields(group.index)
         req = Request(label, parent.req.prompt_token_ids, group.output_len,
-                      arrival_time=group.arrival, block_hasher=self.hasher,
+                      arrival_time=group.arrival, lora_name=lora_name, cache_salt=cache_salt,
+                      priority=group.priority, block_hasher=self.hasher,
                       final_output_len=group.output_len)
         req.append_output_token_ids(parent.req.output_token_ids)
         done = parent.out_ids[:parent.num_out]
@@ -137,7 +156,8 @@ class Workload:
             for k, i in enumerate(rows):
                 self.ready[i] = (tokens[offsets[k]:offsets[k + 1]], None)
             return
-        hashes, block_offsets = self.fast_hasher.hash_runs(tokens, offsets)
+        hashes, block_offsets = self.fast_hasher.hash_runs(
+            tokens, offsets, [self._key_lanes(i) for i in rows])
         for k, i in enumerate(rows):
             self.ready[i] = (tokens[offsets[k]:offsets[k + 1]],
                              hashes[block_offsets[k]:block_offsets[k + 1]])
@@ -146,9 +166,19 @@ class Workload:
                  hashes: list[bytes] | None = None) -> Seq:
         label = group.request_id if sample == 0 else f"{group.request_id}/{sample}"
         if self.fast_hasher is not None and hashes is None:
-            hashes = self.fast_hasher.hash_tokens(tokens)
+            hashes = self.fast_hasher.hash_tokens(tokens, keys=self._key_lanes(group.index))
+        lora_name, cache_salt = self.serving_fields(group.index)
         req = SimRequest(label, tokens, num_prompt, group.output_len,
                          arrival_time=group.arrival, block_hasher=self.hasher,
-                         final_output_len=group.output_len, block_hashes=hashes)
+                         final_output_len=group.output_len, block_hashes=hashes,
+                         lora_name=lora_name, cache_salt=cache_salt, priority=group.priority)
         # The outputs stay a view of the array: a SimRequest only counts appended ids.
         return Seq(req, group, sample, label, tokens[num_prompt:])
+
+
+def _names(column: Any) -> list[str | None] | None:
+    """A trace's string column as a list with None for "" (vLLM: an empty salt is no salt)."""
+    if column is None:
+        return None
+    names = [str(value) or None for value in column.tolist()]
+    return names if any(names) else None

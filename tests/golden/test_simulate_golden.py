@@ -20,13 +20,16 @@ from sim.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 GOLDEN = Path(__file__).resolve().parent
+V014 = ["--vllm-version", "0.14"]
 CASES: dict[str, list[str]] = {
-    "tiny_azure": [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "400"],
+    "tiny_azure": [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "400", *V014],
     "tiny_mooncake_n2": [str(DATA / "tiny_mooncake.jsonl"), "--num-gpu-blocks", "300",
-                         "--n", "2", "--allocators", "paged,paged-nocache,pow2"],
+                         "--n", "2", "--allocators", "paged,paged-nocache,pow2", *V014],
     "default_swap": ["--limit", "40", "--num-gpu-blocks", "120", "--preemption", "swap",
-                     "--allocators", "paged,oracle", "--placement", "first-fit"],
+                     "--allocators", "paged,oracle", "--placement", "first-fit", *V014],
 }
+# The same scenarios under the default release (0.33: LIFO free order, admission gate, ...).
+CASES.update({f"{name}_v033": args[:-len(V014)] for name, args in CASES.items()})
 
 
 def _simulate(out: Path, args: list[str]) -> dict[str, Any]:

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from sim.workload.block_hash import FastBlockHasher
+from allocator.profiles import profile_for
+from allocator.request import Request
+from sim.workload.block_hash import FastBlockHasher, make_hasher
 from tests.unit.simkit import make_trace, simulate
-from traces import add_system_prompt
+from traces import Trace, TraceRequest, add_system_prompt
 
 
 def test_equal_prefixes_equal_hashes_and_a_change_breaks_the_chain() -> None:
@@ -57,3 +60,77 @@ def test_hash_runs_equals_hash_tokens_per_run() -> None:
         assert hashes[block_offsets[r]:block_offsets[r + 1]] == hasher.hash_tokens(run)
     empty, none = hasher.hash_runs(tokens[:10], np.array([0, 5, 10]))
     assert empty == [] and list(none) == [0, 0, 0]
+
+
+# (lora_name, cache_salt) of requests over one shared 48-token prefix: unsalted and "" share,
+# salts isolate, and under the plain (<= 0.30) format LoRA "x" and salt "x" give block 0 the
+# same key (("x",)), which the tagged format (0.31+) tells apart.
+_KEYED = [(None, None), (None, ""), (None, "s1"), (None, "s1"), (None, "s2"), ("x", None),
+          (None, "x"), ("x", "s1"), ("x", None), ("y", None)]
+
+
+def _common_blocks(a: list[bytes], b: list[bytes]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def _hit_matrix(hashes: list[list[bytes]]) -> list[list[int]]:
+    return [[_common_blocks(a, b) for b in hashes] for a in hashes]
+
+
+@pytest.mark.parametrize("version", ["0.14", "0.33"])
+def test_extra_keys_give_sha256_hit_lengths(version: str) -> None:
+    """Salted, unsalted and "" salt requests, and LoRA adapters: for every pair the number of
+    common leading blocks (the hit a request gets from another) is the same with the fast
+    hash as with vLLM's sha256 in the profile's extra-key format."""
+    profile = profile_for(version)
+    fast = make_hasher(16, "fast", profile)
+    exact = make_hasher(16, "sha256", profile)
+    prefix = list(range(100, 148))
+    results = {}
+    for name, hasher in (("fast", fast), ("sha256", exact)):
+        hashes = []
+        for i, (lora, salt) in enumerate(_KEYED):
+            tokens = prefix + [1000 + i] * 20
+            request = Request(f"r{i}", tokens, 1, lora_name=lora, cache_salt=salt,
+                              block_hasher=hasher)
+            hashes.append(list(request.block_hashes))
+        results[name] = _hit_matrix(hashes)
+    assert results["fast"] == results["sha256"]
+    matrix = results["fast"]
+    assert matrix[0][1] == 3 and matrix[2][3] == 3 and matrix[0][2] == 0 and matrix[2][4] == 0
+    assert matrix[5][8] == 3 and matrix[5][9] == 0 and matrix[7][2] == 0
+    assert matrix[5][6] == (1 if profile.extra_keys != "tagged" else 0)
+
+
+def test_fast_prefetched_and_incremental_hashes_agree_with_keys() -> None:
+    """A keyed run hashed in one pass equals hash_tokens and the request hasher's pieces."""
+    hasher = FastBlockHasher(16, "tagged")
+    keys = hasher.key_lanes("x", "s1")
+    tokens = np.arange(100, dtype=np.int32)
+    whole = hasher.hash_tokens(tokens, keys=keys)
+    runs, _ = hasher.hash_runs(np.concatenate([tokens, tokens]), np.array([0, 100, 200]),
+                               [keys, None])
+    assert runs[:6] == whole and runs[6:] == hasher.hash_tokens(tokens)
+    request = Request("r", tokens[:40].tolist(), 100, lora_name="x", cache_salt="s1",
+                      block_hasher=hasher)
+    request.append_output_token_ids(tokens[40:].tolist())
+    assert request.block_hashes == whole and whole != hasher.hash_tokens(tokens)
+
+
+@pytest.mark.parametrize("version", ["0.14", "0.33"])
+def test_salted_trace_fast_and_sha256_same_cached_tokens(version: str) -> None:
+    """A trace with cache_salt and lora_name columns: every request's cached tokens are the
+    same with the fast hash and with sha256, and the salts do isolate (fewer hits)."""
+    rows = [TraceRequest(f"r{i}", 0.2 * i, 60, 4, line=i + 2, lora_name=lora,
+                         cache_salt=salt or None) for i, (lora, salt) in enumerate(_KEYED)]
+    plain = add_system_prompt(Trace.from_requests(
+        [TraceRequest(r.request_id, r.arrival_s, 60, 4, line=r.line) for r in rows]), 48)
+    keyed = add_system_prompt(Trace.from_requests(rows), 48)
+    profile = profile_for(version)
+    cached = {}
+    for algo in ("fast", "sha256"):
+        result = simulate(keyed, num_gpu_blocks=80, block_hash=algo, vllm_profile=profile)
+        cached[algo] = list(result.log.request_columns()["cached_tokens"])
+    assert cached["fast"] == cached["sha256"]
+    unkeyed = simulate(plain, num_gpu_blocks=80, vllm_profile=profile)
+    assert sum(cached["fast"]) < sum(unkeyed.log.request_columns()["cached_tokens"])

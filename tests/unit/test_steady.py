@@ -7,10 +7,15 @@ from typing import Any
 
 import pytest
 
+from allocator.interface import ManagerConfig
+from allocator.paged import PagedKVCacheManager
+from allocator.profiles import profile_for
 from sim.cost.gpus import get_gpu
 from sim.cost.models import get_model
 from sim.cost.step_model import make_step_model
-from tests.unit.simkit import fast_and_reference, simulate
+from sim.sched.scheduler import fast_path_refusal
+from sim.workload.workload import Workload
+from tests.unit.simkit import fast_and_reference, run_config, simulate
 from traces import default_workload, limit
 
 MODEL = make_step_model("roofline", get_model("llama-2-7b"), get_gpu("a100-80gb"))
@@ -26,6 +31,45 @@ def test_paged_fast_path_is_byte_identical(options: dict[str, Any]) -> None:
     """Shared system prompts, preemptions and budget cuts: same steps, requests, summary."""
     fast, _ = fast_and_reference(limit(default_workload(seed=3), 50), model=MODEL, **options)
     assert fast.summary["num_finished"] == 50
+
+
+@pytest.mark.parametrize("version", ["0.14", "0.19", "0.33"])
+@pytest.mark.parametrize("options", [
+    {"num_gpu_blocks": 150},
+    {"num_gpu_blocks": 150, "max_num_batched_tokens": 400},
+    {"num_gpu_blocks": 150, "prefix_caching": False},
+    {"num_gpu_blocks": 150, "max_num_batched_tokens": 600, "long_prefill_token_threshold": 96},
+], ids=["preempting", "tight-budget", "no-caching", "long-prefill"])
+def test_paged_fast_path_is_byte_identical_under_profiles(version: str,
+                                                          options: dict[str, Any]) -> None:
+    """Under the 0.14, 0.19 and 0.33 profiles (free order, admission gate, lone-request
+    rule): the fast path gives the reference loop's steps, requests and summary."""
+    fast, _ = fast_and_reference(limit(default_workload(seed=3), 50), model=MODEL,
+                                 vllm_profile=profile_for(version), **options)
+    assert fast.summary["num_finished"] == 50
+
+
+def test_profiles_change_the_run() -> None:
+    """The tight-budget case really differs between 0.14 and 0.19 (the gate binds), so the
+    profile tests above compare different runs."""
+    trace = limit(default_workload(seed=3), 50)
+    runs = [simulate(trace, model=MODEL, num_gpu_blocks=150, max_num_batched_tokens=400,
+                     vllm_profile=profile_for(v)).summary for v in ("0.14", "0.19")]
+    assert runs[0]["num_preemptions"] != runs[1]["num_preemptions"]
+
+
+def test_priority_runs_the_reference_loop() -> None:
+    """Priority scheduling picks victims off running order: the fast path says why it is
+    refused, and the run equals one with --no-fast."""
+    trace = limit(default_workload(seed=3), 30)
+    config = run_config(num_gpu_blocks=150, scheduling_policy="priority")
+    manager = PagedKVCacheManager.from_config(ManagerConfig(num_gpu_blocks=150))
+    assert fast_path_refusal(manager, config, Workload(trace, config, None)) == \
+        "priority scheduling"
+    fast = simulate(trace, model=MODEL, num_gpu_blocks=150, scheduling_policy="priority")
+    ref = simulate(trace, model=MODEL, num_gpu_blocks=150, scheduling_policy="priority",
+                   fast=False)
+    assert not fast.fast and fast.log.step_columns() == ref.log.step_columns()
 
 
 def test_paged_fast_path_exercised_preemption_and_hits() -> None:
