@@ -55,8 +55,16 @@ class StandInModel:
         return None
 
 
+class Off(int):
+    """Zero that can also be called (returning zero): an unset flag, count or predicate."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+
 class NgramSpec:
-    """A speculative configuration for the ngram method with K tokens (no lookahead)."""
+    """A speculative configuration for the ngram method with K tokens (no lookahead); every
+    other method predicate, flag or count the release reads is off."""
 
     method = "ngram"
     num_speculative_tokens_per_batch_size = None
@@ -66,9 +74,9 @@ class NgramSpec:
         self.num_speculative_tokens = k
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith(("use_", "uses_", "needs_")):
-            return lambda: False
-        raise AttributeError(name)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return Off()
 
 
 class NoGrammar:
@@ -117,7 +125,7 @@ def build_scheduler(config: dict[str, Any]) -> Any:
     spec = FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype=torch.float16)
     kv_config = KVCacheConfig(config["num_blocks"], [], [KVCacheGroupSpec(["l0"], spec)])
     cls = AsyncScheduler if config["async"] else Scheduler
-    return cls(**_kwargs(cls.__init__, {
+    return cls(**_kwargs(Scheduler.__init__, {
         "vllm_config": vllm_config, "kv_cache_config": kv_config,
         "structured_output_manager": NoGrammar(), "block_size": bs, "hash_block_size": bs,
         "log_stats": False}))
@@ -210,7 +218,7 @@ class Driver:
         """Drafts for the requests that just decoded: their next K fixed outputs."""
         sched = self.sched
         live = [sched.requests[rid] for rid in ids if rid in sched.requests]
-        live = [r for r in live if r in sched.running and r.num_computed_tokens >= r.num_tokens]
+        live = [r for r in live if r in sched.running and r.num_tokens - r.num_computed_tokens == 1]
         drafts = [list(self.specs[r.request_id]["outputs"][r.num_output_tokens:
                                                            r.num_output_tokens + k])
                   for r in live]
