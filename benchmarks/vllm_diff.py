@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vllm_diff_ops import Executor, Observation
-from vllm_sched_diff import add_arguments, run_scheduler
 from vllm_diff_stream import PagedsimBackend, make_episodes
+from vllm_sched_diff import add_arguments, run_scheduler
 
 from allocator.hashing import init_none_hash, sha256
 from allocator.profiles import VllmProfile, apply_overrides, profile_for

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 from vllm_sched_pagedsim import FEATURES, run_pagedsim, unavailable
@@ -73,7 +74,7 @@ def count(tally: dict[str, int], records: list[dict[str, Any]]) -> None:
     tally["steps"] = tally.get("steps", 0) + len(records)
     for name in ("admitted", "preempted", "finished"):
         tally[name] = tally.get(name, 0) + sum(len(r[name]) for r in records)
-    tally["prefill chunks"] = tally.get("prefill chunks", 0) + sum(
+    tally["entries > 1 token"] = tally.get("entries > 1 token", 0) + sum(
         1 for r in records for _, n in r["scheduled"] if n > 1)
 
 
@@ -137,6 +138,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="ngram speculative decoding with K draft tokens (default 0: off)")
     g.add_argument("--async", dest="async_scheduling", action="store_true",
                    help="async scheduling (one step of outputs in flight)")
+    g.add_argument("--record", type=Path, metavar="FILE",
+                   help="write the first stream and vLLM's records to FILE (a golden test)")
 
 
 def run_scheduler(args: argparse.Namespace, worker: Worker, version: str) -> int:
@@ -148,6 +151,8 @@ def run_scheduler(args: argparse.Namespace, worker: Worker, version: str) -> int
         print("--spec with --async: not driven by this harness (use one of them)")
         return 2
     streams = _streams(args)
+    if args.record:
+        _record(worker, streams[0], args.record)
     missing = unavailable(streams[0]["config"])
     if missing:
         needs = sorted({f for name in missing for f in FEATURES[name]})
@@ -187,6 +192,18 @@ def _streams(args: argparse.Namespace) -> list[dict[str, Any]]:
     count = -(-args.steps // args.episode_steps)
     return [make_stream(args.seed + i, args.episode_steps, policy=args.policy, spec=args.spec,
                         async_scheduling=args.async_scheduling) for i in range(count)]
+
+
+def _record(worker: Worker, stream: dict[str, Any], path: Path) -> None:
+    """The stream and vLLM's records, compact JSON (one line per step)."""
+    records = worker.run(stream)
+    lines = [json.dumps(r, separators=(",", ":")) for r in records]
+    text = ('{"stream": ' + json.dumps(stream, separators=(",", ":"))
+            + ',\n"records": [\n' + ",\n".join(lines) + "\n]}\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    print(f"stream and vLLM's {len(records)} records written to {path}")
 
 
 def _report(worker: Worker, stream: dict[str, Any], version: str, kind: str, out: Any) -> None:
