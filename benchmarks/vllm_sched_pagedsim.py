@@ -71,17 +71,20 @@ class StreamWorkload:
         self.n = [1] * len(requests)
         self.beam_width = [1] * len(requests)
 
-    def make_group(self, index: int, spec: dict[str, Any]) -> Group:
-        prompt, out = len(spec["prompt"]), spec["max_tokens"]
+    def make_group(self, index: int, spec: dict[str, Any], max_model_len: int) -> Group:
+        """The request's group; its output stops at ``max_model_len`` (as vLLM's does)."""
+        prompt = len(spec["prompt"])
+        out = min(spec["max_tokens"], max_model_len - prompt)
         return Group(index, spec["id"], float(spec["arrival"]), prompt, out, out, 1, 1, None)
 
     def first_seqs(self, group: Group, split: bool) -> list[Seq]:
         spec = self.specs[group.request_id]
-        req = Request(spec["id"], spec["prompt"], spec["max_tokens"],
+        out = group.output_len
+        req = Request(spec["id"], spec["prompt"], out,
                       arrival_time=spec["arrival"] + group.index * 1e-6,
                       priority=spec["priority"], block_hasher=self.hasher,
-                      final_output_len=spec["max_tokens"])
-        return [Seq(req, group, 0, spec["id"], spec["outputs"][:spec["max_tokens"]])]
+                      final_output_len=out)
+        return [Seq(req, group, 0, spec["id"], spec["outputs"][:out])]
 
 
 def build(stream: dict[str, Any], version: str) -> tuple[Scheduler, StreamWorkload]:
@@ -110,9 +113,10 @@ def run_pagedsim(stream: dict[str, Any], version: str) -> list[dict[str, Any]]:
     for index, spec in enumerate(stream["requests"]):
         arrivals.setdefault(spec["arrival"], []).append((index, spec))
     records = []
+    max_model_len = stream["config"]["max_model_len"]
     for step in range(stream["config"]["num_steps"]):
         for index, spec in arrivals.get(step, ()):
-            sched.admission.add_group(workload.make_group(index, spec))
+            sched.admission.add_group(workload.make_group(index, spec, max_model_len))
         before = [seq.request_id for seq in state.running.values()]
         plan = sched.schedule(float(step))
         record = empty_record()

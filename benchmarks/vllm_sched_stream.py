@@ -1,7 +1,8 @@
 """Seeded arrival streams for ``vllm_diff.py --scheduler``, shared by both sides (stdlib only).
 
 A stream is a scheduler configuration (block size 16, a pool small enough to preempt, seats,
-token budget, chunked prefill, prefix caching, policy, speculative tokens, async) and a list of
+token budget, model length, chunked prefill on or off, prefix caching on or off, policy,
+speculative tokens, async) and a list of
 requests: id, arrival step, priority, prompt token ids drawn over shared prefix families (so
 prefix hits happen), a fixed output length (EOS ignored) and the output token ids the fake
 model samples. With speculative decoding the accepted draft count of a request's step is a
@@ -17,21 +18,26 @@ from typing import Any
 BLOCK_SIZE = 16
 VOCAB = 50
 MAX_MODEL_LEN = 1024
+SHORT_MODEL_LEN = 160
+"""A model length some prompts plus outputs exceed (their outputs stop there)."""
 
 
 def make_stream(seed: int, num_steps: int, *, policy: str = "fcfs", spec: int = 0,
                 async_scheduling: bool = False) -> dict[str, Any]:
     """A stream of arrivals over roughly ``num_steps`` steps (see the module docstring)."""
     rng = random.Random(f"sched:{seed}")
+    max_model_len = rng.choice((MAX_MODEL_LEN, MAX_MODEL_LEN, SHORT_MODEL_LEN))
+    chunked = rng.random() < 0.85
     config = {
         "seed": seed,
         "block_size": BLOCK_SIZE,
         "num_blocks": rng.choice((24, 32, 40, 48)),
         "max_num_seqs": rng.choice((4, 6, 8)),
-        "max_num_batched_tokens": rng.choice((64, 96, 128)),
-        "max_model_len": MAX_MODEL_LEN,
-        "chunked_prefill": True,
-        "prefix_caching": True,
+        "max_num_batched_tokens": (rng.choice((64, 96, 128)) if chunked
+                                   else max(max_model_len, 256)),
+        "max_model_len": max_model_len,
+        "chunked_prefill": chunked,
+        "prefix_caching": rng.random() < 0.8,
         "policy": policy,
         "spec": spec,
         "async": async_scheduling,
