@@ -201,9 +201,11 @@ def main(argv: list[str] | None = None) -> int:
 def _scheduler_mode(args: argparse.Namespace) -> int:
     if args.replay:
         try:
-            json.loads(args.replay.read_text())["config"]
+            loaded = json.loads(args.replay.read_text())
+            loaded.get("stream", loaded)["config"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            sys.exit(f"--replay {args.replay}: not a scheduler stream ({exc})")
+            print(f"--replay {args.replay}: not a scheduler stream ({exc})", file=sys.stderr)
+            return 2
     if args.out == Path("vllm_diff_divergence.json"):
         args.out = Path("vllm_sched_divergence.json")
     worker = VllmWorker(args.vllm_python, SCHED_WORKER)
@@ -211,7 +213,9 @@ def _scheduler_mode(args: argparse.Namespace) -> int:
     try:
         profile_for(version)
     except ValueError as exc:
-        sys.exit(f"--version: {exc}")
+        print(f"--version: {exc}", file=sys.stderr)
+        worker.close()
+        return 2
     print(f"vLLM {worker.hello['vllm']} scheduler ({args.vllm_python}) vs pagedsim {version}")
     code = run_scheduler(args, worker, version)
     worker.close()

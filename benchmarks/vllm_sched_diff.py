@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -145,10 +146,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_scheduler(args: argparse.Namespace, worker: Worker, version: str) -> int:
     """Run the --scheduler comparison; 1 when anything diverged, 2 on bad options."""
     if args.steps < 1 or args.episode_steps < 1 or args.spec < 0:
-        print("--steps, --episode-steps must be >= 1 and --spec >= 0")
+        print("--steps and --episode-steps must be >= 1, --spec >= 0", file=sys.stderr)
         return 2
     if args.spec and args.async_scheduling:
-        print("--spec with --async: not driven by this harness (use one of them)")
+        print("--spec with --async: not driven by this harness (drop one)", file=sys.stderr)
         return 2
     streams = _streams(args)
     if args.record:
@@ -159,36 +160,32 @@ def run_scheduler(args: argparse.Namespace, worker: Worker, version: str) -> int
         print(f"{', '.join(missing)}: not available in this pagedsim (Options lacks "
               f"{', '.join(needs)}); running vLLM only")
     start = time.perf_counter()
-    counts = dict.fromkeys(CLASSES, 0)
-    first: dict[str, tuple[int, int]] = {}
-    diverging = 0
     tally: dict[str, int] = {}
+    found: dict[str, list[tuple[int, int]]] = {kind: [] for kind in CLASSES}
     for stream in streams:
         if missing:
             count(tally, worker.run(stream))
             continue
         step, kind = compare(worker, stream, version, tally)
-        if step < 0:
-            continue
-        diverging += 1
-        counts[kind] += 1
-        first.setdefault(kind, (stream["config"]["seed"], step))
-        if diverging == 1:
-            _report(worker, stream, version, kind, args.out)
-    wall = time.perf_counter() - start
+        if step >= 0:
+            if not any(found.values()):
+                _report(worker, stream, version, kind, args.out)
+            found[kind].append((stream["config"]["seed"], step))
+    diverging = sum(len(where) for where in found.values())
     what = "run in vLLM only" if missing else "compared"
     print(f"{tally.get('steps', 0):,} steps {what} in {len(streams)} streams, {diverging} "
-          f"diverging, {wall:.1f} s; vLLM there: " + ", ".join(
+          f"diverging, {time.perf_counter() - start:.1f} s; vLLM there: " + ", ".join(
               f"{v:,} {k}" for k, v in tally.items() if k != "steps"))
-    for kind in CLASSES:
-        where = f" (first: seed {first[kind][0]} step {first[kind][1]})" if kind in first else ""
-        print(f"  {kind}: {counts[kind]}{where}")
+    for kind, where in found.items():
+        first = f" (first: seed {where[0][0]} step {where[0][1]})" if where else ""
+        print(f"  {kind}: {len(where)}{first}")
     return 1 if diverging else 0
 
 
 def _streams(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.replay:
-        return [json.loads(args.replay.read_text())]
+        loaded = json.loads(args.replay.read_text())
+        return [loaded.get("stream", loaded)]
     count = -(-args.steps // args.episode_steps)
     return [make_stream(args.seed + i, args.episode_steps, policy=args.policy, spec=args.spec,
                         async_scheduling=args.async_scheduling) for i in range(count)]
