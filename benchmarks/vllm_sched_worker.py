@@ -36,23 +36,23 @@ from vllm_sched_stream import accepted_drafts, empty_record
 
 
 class StandInModel:
-    """What the scheduler reads of a model configuration, for a text-only decoder."""
+    """What the scheduler reads of a model configuration, for a text-only decoder: its
+    length limit, "generate" runner, and every other flag, predicate or count off."""
 
-    is_encoder_decoder = False
-    is_multimodal_model = False
-    enable_return_routed_experts = False
-    multimodal_config = None
-    uses_mrope = False
     runner_type = "generate"
-    is_diffusion = False
-    return_sampling_mask = False
-    supports_multimodal_inputs = False
+    architectures = ("LlamaForCausalLM",)
+    multimodal_config = None
 
     def __init__(self, max_model_len: int) -> None:
         self.max_model_len = max_model_len
 
     def get_multimodal_config(self) -> None:
         return None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return Off()
 
 
 class Off(int):
@@ -82,10 +82,10 @@ class NgramSpec:
 class NoGrammar:
     """The structured-output manager of a run without structured outputs."""
 
-    def should_advance(self, request: Any) -> bool:
+    def should_advance(self, request: Any, *args: Any, **kwargs: Any) -> bool:
         return False
 
-    def accept_tokens(self, request: Any, token_ids: list[int]) -> bool:
+    def accept_tokens(self, request: Any, token_ids: list[int], *args: Any, **kwargs: Any) -> bool:
         return True
 
     def validate_tokens(self, request: Any, token_ids: list[int]) -> list[int]:
