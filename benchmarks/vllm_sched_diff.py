@@ -139,6 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="ngram speculative decoding with K draft tokens (default 0: off)")
     g.add_argument("--async", dest="async_scheduling", action="store_true",
                    help="async scheduling (one step of outputs in flight)")
+    g.add_argument("--vllm-scheduler-config", action="append", default=[], metavar="NAME=VALUE",
+                   help="set a field of vLLM's SchedulerConfig (VALUE as JSON, repeatable), "
+                        "e.g. scheduler_reserve_full_isl=false")
     g.add_argument("--record", type=Path, metavar="FILE",
                    help="write the first stream and vLLM's records to FILE (a golden test)")
 
@@ -147,6 +150,11 @@ def run_scheduler(args: argparse.Namespace, worker: Worker, version: str) -> int
     """Run the --scheduler comparison; 1 when anything diverged, 2 on bad options."""
     if args.steps < 1 or args.episode_steps < 1 or args.spec < 0:
         print("--steps and --episode-steps must be >= 1, --spec >= 0", file=sys.stderr)
+        return 2
+    try:
+        args.vllm_scheduler = parse_overrides(args.vllm_scheduler_config)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 2
     if args.spec and args.async_scheduling:
         print("--spec with --async: not driven by this harness (drop one)", file=sys.stderr)
@@ -187,8 +195,26 @@ def _streams(args: argparse.Namespace) -> list[dict[str, Any]]:
         loaded = json.loads(args.replay.read_text())
         return [loaded.get("stream", loaded)]
     count = -(-args.steps // args.episode_steps)
-    return [make_stream(args.seed + i, args.episode_steps, policy=args.policy, spec=args.spec,
-                        async_scheduling=args.async_scheduling) for i in range(count)]
+    streams = [make_stream(args.seed + i, args.episode_steps, policy=args.policy,
+                           spec=args.spec, async_scheduling=args.async_scheduling)
+               for i in range(count)]
+    for stream in streams:
+        stream["config"]["vllm_scheduler"] = args.vllm_scheduler
+    return streams
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """NAME=VALUE pairs, VALUE read as JSON where it parses (else kept as text)."""
+    values: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--vllm-scheduler-config {item!r}: expected NAME=VALUE")
+        try:
+            values[name] = json.loads(text)
+        except ValueError:
+            values[name] = text
+    return values
 
 
 def _record(worker: Worker, stream: dict[str, Any], path: Path) -> None:

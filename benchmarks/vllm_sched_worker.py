@@ -102,6 +102,15 @@ def _kwargs(cls: Any, wanted: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in wanted.items() if k in names}
 
 
+def _overrides(cls: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Fields of ``cls`` set by ``--vllm-scheduler-config``; one this release lacks stops."""
+    known = _kwargs(cls, values)
+    for name in values.keys() - known.keys():
+        raise SystemExit(f"--vllm-scheduler-config {name}: vLLM {vllm.__version__}'s "
+                         f"{cls.__name__} has no such field")
+    return known
+
+
 def build_scheduler(config: dict[str, Any]) -> Any:
     """vLLM's v1 scheduler for the stream's configuration (this release's arguments)."""
     sched_config = SchedulerConfig(**_kwargs(SchedulerConfig, {
@@ -112,7 +121,7 @@ def build_scheduler(config: dict[str, Any]) -> Any:
         "policy": config["policy"],
         "async_scheduling": config["async"],
         "is_encoder_decoder": False,
-    }))
+    }), **_overrides(SchedulerConfig, config.get("vllm_scheduler", {})))
     cache_config = CacheConfig(**_kwargs(CacheConfig, {
         "block_size": config["block_size"], "enable_prefix_caching": config["prefix_caching"]}))
     cache_config.num_gpu_blocks = config["num_blocks"]
