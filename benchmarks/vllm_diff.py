@@ -15,8 +15,9 @@ Scheduler mode (``vllm_sched_diff.py``): vLLM's v1 ``Scheduler`` on the CPU, fed
 outputs, beside pagedsim's ``Scheduler`` over seeded arrival streams, compared every step
 (scheduled requests and token counts, admissions, preemption victims, finishes, block ids)::
 
-    python benchmarks/vllm_diff.py --scheduler --vllm-python PY --steps N --seed S \
-        [--policy priority] [--spec K] [--async] [--episode-steps 200] [--replay FILE]
+    python benchmarks/vllm_diff.py --scheduler --vllm-python PY --steps N --seed S
+        [--policy priority] [--spec K | --async] [--episode-steps 200]
+        [--vllm-scheduler-config NAME=VALUE] [--record FILE] [--replay FILE]
 
 It prints the first divergence as a minimal replayable stream (written to ``--out``) and the
 diverging streams per class (chunked prefill, admission gate, recompute preemption, priority,
