@@ -1,12 +1,10 @@
 """``vllm_diff.py --scheduler``: vLLM's v1 Scheduler and pagedsim's, step by step.
 
-Seeded streams (``vllm_sched_stream.py``) of ``--episode-steps`` steps each, seeds S, S+1, ...
-until ``--steps`` steps were run, go through vLLM's worker (``vllm_sched_worker.py``) and
-pagedsim (``vllm_sched_pagedsim.py``). Every step's record is compared: scheduled requests with
-their token counts, admissions, preemptions (victims), finishes, every running request's block
-ids. A stream's first divergence is classified (``classify``) and counted per class; the first
-one of the run is shrunk to a minimal set of requests, printed and written to ``--out`` for
-``--replay``. Streams using a feature this pagedsim cannot express are run in vLLM only.
+Seeded streams (``vllm_sched_stream.py``, seeds S, S+1, ...) go through vLLM's worker
+(``vllm_sched_worker.py``) and pagedsim (``vllm_sched_pagedsim.py``); every step's record is
+compared (scheduled requests and token counts, admissions, preemption victims, finishes, every
+running request's block ids). A stream's first divergence is classified and counted; the run's
+first one is shrunk to a minimal request set, printed and written to ``--out`` for ``--replay``.
 """
 
 from __future__ import annotations

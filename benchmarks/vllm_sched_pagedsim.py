@@ -1,12 +1,10 @@
 """pagedsim's side of ``vllm_diff.py --scheduler``: its Scheduler stepped over one stream.
 
-The stream's configuration becomes simulate.py ``Options`` (reference loop, no fast path, no
-up-front pool check: vLLM has none), the block manager follows ``profile_for(version)``, and
-each step adds its arrivals, plans (``Scheduler.schedule``) and applies the plan with the fixed
-output tokens of the stream, producing the same record as vLLM's worker. Options that only
-newer pagedsim versions have (policy, speculative decoding, async scheduling, the release
-profile) are passed by their agreed names when ``Options`` has them; ``unavailable`` names the
-stream's features this pagedsim cannot express, and those streams are skipped.
+The stream's configuration becomes simulate.py ``Options`` (reference loop, no up-front pool
+check: vLLM has none), the block manager follows ``profile_for(version)``, and each step adds
+its arrivals, plans and applies the plan with the stream's fixed output tokens, giving the
+worker's record. Newer options (policy, spec decoding, async, release) go by their agreed
+names when ``Options`` has them; ``unavailable`` names the stream features it cannot express.
 """
 
 from __future__ import annotations
@@ -81,7 +79,7 @@ class StreamWorkload:
         spec = self.specs[group.request_id]
         out = group.output_len
         req = Request(spec["id"], spec["prompt"], out,
-                      arrival_time=spec["arrival"] + group.index * 1e-6,
+                      arrival_time=spec["arrival"] + int(spec["id"][1:]) * 1e-6,
                       priority=spec["priority"], block_hasher=self.hasher,
                       final_output_len=out)
         return [Seq(req, group, 0, spec["id"], spec["outputs"][:out])]

@@ -1,12 +1,10 @@
 """Seeded arrival streams for ``vllm_diff.py --scheduler``, shared by both sides (stdlib only).
 
 A stream is a scheduler configuration (block size 16, a pool small enough to preempt, seats,
-token budget, model length, chunked prefill on or off, prefix caching on or off, policy,
-speculative tokens, async) and a list of
-requests: id, arrival step, priority, prompt token ids drawn over shared prefix families (so
-prefix hits happen), a fixed output length (EOS ignored) and the output token ids the fake
-model samples. With speculative decoding the accepted draft count of a request's step is a
-pure function of the stream seed, the request and its output count, so both sides agree.
+budget, model length, chunked prefill and prefix caching on or off, policy, speculative tokens,
+async) and requests: id, arrival step, priority, prompt ids over shared prefix families (so
+prefix hits happen), a fixed output length (EOS ignored) and the tokens the fake model samples.
+Accepted draft counts are a pure function of seed, request and output count (both sides agree).
 """
 
 from __future__ import annotations

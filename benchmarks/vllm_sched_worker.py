@@ -1,13 +1,11 @@
 """vLLM's side of ``vllm_diff.py --scheduler``: its v1 Scheduler on the CPU, fed fake outputs.
 
-Runs in vLLM's own interpreter (0.14 ... 0.33). Reads one stream (``vllm_sched_stream.py``) as
-a JSON line and replies with one JSON line: the per-step records. No model is loaded: the model
-configuration is a small stand-in holding what the scheduler reads (length limit, no encoder,
-no multimodal inputs), and speculative decoding is the ngram method (drafts without lookahead
-slots). Each step adds the step's arrivals, calls ``schedule()``, then answers it with a
-``ModelRunnerOutput``: a request that caught up samples its next fixed output token plus its
-accepted drafts; a partial prefill samples nothing. With async scheduling the next step is
-scheduled before the previous step's output is delivered (one step in flight).
+Runs in vLLM's interpreter (0.14 ... 0.33); one stream (``vllm_sched_stream.py``) per input
+JSON line, its per-step records as the reply line. No model is loaded (a stand-in model
+configuration; ngram speculative decoding, without lookahead slots). Each step adds its
+arrivals, calls ``schedule()`` and answers with a ``ModelRunnerOutput``: a request that caught
+up samples its next fixed token plus its accepted drafts, a partial prefill nothing. Async
+scheduling schedules the next step before the previous step's output is delivered.
 """
 
 from __future__ import annotations
