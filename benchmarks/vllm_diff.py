@@ -10,6 +10,18 @@ observations are compared: the call's result (hit length and ids, new block ids)
 free-queue order, every block's ref count and hash, every request's block table. A divergence
 is shrunk to a minimal stream, printed and written to ``--out`` for ``--replay``.
 ``--digest`` prints a digest of all observations (the golden tests hold those from vLLM).
+
+Scheduler mode (``vllm_sched_diff.py``): vLLM's v1 ``Scheduler`` on the CPU, fed fake model
+outputs, beside pagedsim's ``Scheduler`` over seeded arrival streams, compared every step
+(scheduled requests and token counts, admissions, preemption victims, finishes, block ids)::
+
+    python benchmarks/vllm_diff.py --scheduler --vllm-python PY --steps N --seed S
+        [--policy priority] [--spec K | --async] [--episode-steps 200]
+        [--vllm-scheduler-config NAME=VALUE] [--record FILE] [--replay FILE]
+
+It prints the first divergence as a minimal replayable stream (written to ``--out``) and the
+diverging streams per class (chunked prefill, admission gate, recompute preemption, priority,
+spec decoding, async). A class whose options this pagedsim lacks runs in vLLM only.
 VENV: ``python3.11 -m venv VENV; VENV/bin/pip install torch==2.13.0`` (CPU), ``pip install
 --no-deps vllm==X``, then the packages the import of ``vllm.v1.core.kv_cache_manager`` asks for.
 """
@@ -33,25 +45,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vllm_diff_ops import Executor, Observation
 from vllm_diff_stream import PagedsimBackend, make_episodes
+from vllm_sched_diff import add_arguments, run_scheduler
 
 from allocator.hashing import init_none_hash, sha256
 from allocator.profiles import VllmProfile, apply_overrides, profile_for
 
 WORKER = Path(__file__).resolve().parent / "vllm_diff_worker.py"
+SCHED_WORKER = Path(__file__).resolve().parent / "vllm_sched_worker.py"
 HASH_SEED = "0"
 
 
 class VllmWorker:
     """vLLM's executor in its own interpreter; one JSON line per episode each way."""
 
-    def __init__(self, python: str) -> None:
+    def __init__(self, python: str, worker: Path = WORKER) -> None:
         env = {**os.environ, "PYTHONHASHSEED": HASH_SEED, "VLLM_LOGGING_LEVEL": "ERROR"}
         env.pop("VLLM_PREFIX_CACHE_RETENTION_INTERVAL", None)
         # stderr goes to a file: vLLM's log lines would fill a pipe and block the worker.
         self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in close())
         try:
             self.proc = subprocess.Popen(
-                [python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                [python, str(worker)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=self.stderr, text=True, env=env,
             )
         except OSError as exc:
@@ -61,6 +75,8 @@ class VllmWorker:
     def _read(self) -> Any:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
+        while line and line[:1] not in "[{":  # a log line some releases print to stdout
+            line = self.proc.stdout.readline()
         if not line:
             self.proc.wait(timeout=60)
             self.stderr.seek(0)
@@ -159,10 +175,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="where a minimal diverging stream goes")
     parser.add_argument("--digest", action="store_true", help="print the observation digest")
     parser.add_argument("--keep-going", action="store_true", help="count all divergences")
+    add_arguments(parser)
     args = parser.parse_args(argv)
     os.environ["PYTHONHASHSEED"] = HASH_SEED
     init_none_hash(sha256)
     logging.getLogger("allocator").setLevel(logging.ERROR)
+    if args.scheduler:
+        return _scheduler_mode(args)
     worker = VllmWorker(args.vllm_python)
     try:
         profile = profile_for(args.version or worker.hello["vllm"])
@@ -178,6 +197,30 @@ def main(argv: list[str] | None = None) -> int:
     else:
         episodes = make_episodes(args.seed, args.ops, profile)
     return _compare(worker, episodes, profile, args)
+
+
+def _scheduler_mode(args: argparse.Namespace) -> int:
+    if args.replay:
+        try:
+            loaded = json.loads(args.replay.read_text())
+            loaded.get("stream", loaded)["config"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"--replay {args.replay}: not a scheduler stream ({exc})", file=sys.stderr)
+            return 2
+    if args.out == Path("vllm_diff_divergence.json"):
+        args.out = Path("vllm_sched_divergence.json")
+    worker = VllmWorker(args.vllm_python, SCHED_WORKER)
+    version = args.version or worker.hello["vllm"]
+    try:
+        profile_for(version)
+    except ValueError as exc:
+        print(f"--version: {exc}", file=sys.stderr)
+        worker.close()
+        return 2
+    print(f"vLLM {worker.hello['vllm']} scheduler ({args.vllm_python}) vs pagedsim {version}")
+    code = run_scheduler(args, worker, version)
+    worker.close()
+    return code
 
 
 def _compare(worker: VllmWorker, episodes: list[dict[str, Any]], profile: VllmProfile,
