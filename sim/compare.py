@@ -17,6 +17,7 @@ import sys
 import traceback
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm  # type: ignore[import-untyped]
@@ -24,6 +25,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from sim.config import Options, RunConfig
 from sim.engine import build_costs, replay
 from sim.results.alloc_log import LogSection, assemble
+from sim.results.bench_out import bench_section, write_bench_json
 from sim.results.outputs import (
     SCHEMA_VERSION,
     pagedsim_version,
@@ -161,13 +163,17 @@ def write_results(config: RunConfig, options: Options, trace: Trace, trace_sha25
     out = config.output.out_dir
     path = config.workload.trace
     ok = [o for o in outcomes if o.error is None]
+    bench = bench_section(config, options, trace, ok)
     write_json(out / "summary.json", {
         "schema_version": SCHEMA_VERSION, "pagedsim_version": pagedsim_version(),
         "trace": {"path": path, "sha256": trace_sha256, "format": trace.metadata.format,
                   "num_requests": len(trace)},
         "allocators": {o.name: o.summary for o in ok},
         "counters": {o.name: o.counters for o in ok},
+        "bench": bench,
     })
+    if options.json:
+        write_bench_json(Path(options.json), config, bench)
     write_tables(out / "requests.parquet", "requests.parquet", [o.requests for o in ok])
     write_tables(out / "steps.parquet", "steps.parquet", [o.steps for o in ok])
     record = {"schema_version": SCHEMA_VERSION,
