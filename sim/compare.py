@@ -25,7 +25,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from sim.config import Options, RunConfig
 from sim.engine import build_costs, replay
 from sim.results.alloc_log import LogSection, assemble
-from sim.results.bench_out import bench_section, write_bench_json
+from sim.results.bench_out import bench_section, json_number, write_bench_json
 from sim.results.outputs import (
     SCHEMA_VERSION,
     pagedsim_version,
@@ -193,7 +193,7 @@ def config_record(config: RunConfig, options: Options) -> dict[str, Any]:
     GPU, capacity and step model."""
     cache, sched, work = config.cache, config.scheduler, config.workload
     return {
-        "options": asdict(options),
+        "options": {k: json_number(v) for k, v in asdict(options).items()},
         "scheduler": {
             "num_gpu_blocks": cache.num_gpu_blocks, "block_size": cache.block_size,
             "max_model_len": sched.max_model_len, "max_num_seqs": sched.max_num_seqs,

@@ -26,10 +26,10 @@ FORMAT_DETECTION = {
 ALLOCATORS = {
     "paged": "vLLM's paged KV cache with prefix caching (block tables, free queue, LRU reuse)",
     "paged-nocache": "vLLM's paged KV cache without prefix caching",
-    "max": "contiguous region of max_model_len tokens per request (Orca-Max)",
-    "pow2": "contiguous region of the next power of two of the request's length (Orca-Pow2)",
-    "oracle": "contiguous region of the request's true final length (Orca-Oracle)",
-    "ft": "FasterTransformer: max_model_len regions and request-level batching",
+    "max": "Orca-Max: a contiguous region of max_model_len slots per request",
+    "pow2": "Orca-Pow2: prompt + true output rounded up to a power of two, contiguous",
+    "oracle": "Orca-Oracle: exactly prompt + true output, contiguous",
+    "ft": "FasterTransformer: reserves like max, with request-level batching",
 }
 
 

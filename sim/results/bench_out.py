@@ -31,17 +31,18 @@ def workload_record(config: RunConfig, options: Options, trace: Trace) -> dict[s
     meta = trace.metadata
     return {
         "dataset_name": options.dataset_name or ("trace" if options.trace else "default"),
-        "num_prompts": len(trace), "request_rate": _number(options.request_rate),
-        "burstiness": _number(options.burstiness),
+        "num_prompts": len(trace), "request_rate": json_number(options.request_rate),
+        "burstiness": json_number(options.burstiness),
         "max_concurrency": config.workload.max_concurrency,
         "tokenizer_id": getattr(meta, "tokenizer", None),
         "tokens_estimated": bool(getattr(meta, "tokens_estimated", False)),
     }
 
 
-def _number(value: float | None) -> float | str | None:
-    """JSON has no inf: an infinite rate is written "inf", as vLLM prints it."""
-    return "inf" if value is not None and np.isinf(value) else value
+def json_number(value: Any) -> Any:
+    """JSON has no inf: an infinite float (a --request-rate) is written "inf", as vLLM
+    prints it; anything else is returned as it is."""
+    return "inf" if isinstance(value, float) and np.isinf(value) else value
 
 
 def bench_section(config: RunConfig, options: Options, trace: Trace,
