@@ -36,7 +36,13 @@ from sim.config import (
     SchedulerConfig,
     WorkloadConfig,
 )
-from sim.conventions import HelpFormatter, add_convention_options, workload_spec
+from sim.conventions import (
+    HelpFormatter,
+    add_convention_options,
+    describe_arrivals,
+    describe_source,
+    workload_spec,
+)
 from sim.cost.capacity import plan_kv_capacity
 from sim.cost.gpus import make_gpu
 from sim.cost.models import get_model
@@ -133,7 +139,7 @@ def _run_options(w: argparse._ArgumentGroup) -> None:
                    help="replay at X times the rate")
     w.add_argument("--limit", type=int, default=D.limit, help="first N requests only")
     w.add_argument("--seed", type=int, default=D.seed,
-                   help="seed for token ids and the beam model")
+                   help="seed for datasets, arrivals, token ids and the beam model")
     w.add_argument("--jobs", type=int, default=D.jobs,
                    help="worker processes, one allocator each (default: the CPU count; "
                         "1: all in this process)")
@@ -231,7 +237,7 @@ def describe(config: RunConfig, trace: Trace) -> str:
     sched, cache, workload = config.scheduler, config.cache, config.workload
     lines = [
         "pagedsim: resolved configuration",
-        (f"  trace: {workload.trace or 'built-in default workload'} ({len(trace)} "
+        (f"  trace: {describe_source(workload)} ({len(trace)} "
          f"requests, {trace.metadata.span_s:.1f} s, rate x{workload.rate_scale:g})"),
         (f"  model: {config.model.name} ({config.model.dtype}, kv cache "
          f"{cache.kv_cache_dtype}), gpu: {config.gpu.tp} x {config.gpu.spec.name}, "
@@ -250,6 +256,8 @@ def describe(config: RunConfig, trace: Trace) -> str:
          f"{cache.placement})"),
         f"  output: {config.output.out_dir}",
     ]
+    if describe_arrivals(workload) is not None:
+        lines.insert(2, str(describe_arrivals(workload)))
     if config.model.sliding_window:
         lines.append(f"  sliding window: {config.model.sliding_window} tokens")
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import argparse
 from dataclasses import fields
 from typing import Any
 
-from sim.config import Options
+from sim.config import Options, WorkloadConfig
 from traces.options import HelpFormatter as TraceHelpFormatter
 from traces.options import add_trace_options, add_workload_options
 from traces.workload import WorkloadSpec
@@ -69,3 +69,23 @@ def workload_spec(options: Options) -> WorkloadSpec:
     names = {f.name for f in fields(Options)}
     values = {f.name: getattr(options, f.name) for f in fields(WorkloadSpec) if f.name in names}
     return WorkloadSpec(**values)
+
+
+def describe_source(workload: WorkloadConfig) -> str:
+    """What the requests are, for the resolved-configuration lines."""
+    spec = workload.spec
+    if spec is not None and spec.dataset_name not in (None, "default"):
+        path = f" {spec.dataset_path}" if spec.dataset_path else ""
+        return f"{spec.dataset_name} dataset{path}"
+    return workload.trace or "built-in default workload"
+
+
+def describe_arrivals(workload: WorkloadConfig) -> str | None:
+    """The arrival schedule and client limit when vLLM's options set them, else None."""
+    spec, parts = workload.spec, []
+    if spec is not None and spec.request_rate is not None:
+        parts.append(f"request rate {spec.request_rate:g}/s, burstiness {spec.burstiness:g}")
+    if workload.max_concurrency is not None:
+        parts.append(f"max concurrency {workload.max_concurrency} (latencies from the send)")
+    return "  arrivals: " + ", ".join(parts) if parts else None
+
