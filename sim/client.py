@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import simpy
 
+from sim.sched.scheduler import Scheduler
 from sim.workload.sequence import Group
+from sim.workload.workload import Workload
 
-if TYPE_CHECKING:
-    from sim.engine import EngineState
-    from sim.sched.scheduler import Scheduler
-    from sim.workload.workload import Workload
+
+class ArrivalState(Protocol):
+    """What the arrival process shares with the engine (``sim.engine.EngineState``)."""
+
+    wake: simpy.Event | None
+    num_arrived: int
+    next_arrival: float
 
 
 class Client:
@@ -48,7 +53,7 @@ class Client:
 
 
 def limited_arrivals(env: simpy.Environment, workload: Workload, sched: Scheduler,
-                     state: EngineState, client: Client) -> Generator[simpy.Event, Any, None]:
+                     state: ArrivalState, client: Client) -> Generator[simpy.Event, Any, None]:
     """Replay arrival times through the client's slots (see the module docstring)."""
     add = sched.admission.add_group
     for index, when in enumerate(workload.arrivals):
