@@ -32,8 +32,11 @@ from sim.sweep.spec import value_text
 from sim.sweep.store import CELL_FILE, ERROR_FILE, SCHEMA_VERSION, commit, make_temp, write_json
 from sim.workload.source import load_input
 from traces import Trace, TraceError, default_workload, load_trace
+from traces.options import parse_columns
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
+_CONVERTERS["dict[str, str]"] = parse_columns
+_CONVERTERS["tuple[str, ...]"] = lambda text: tuple(text.replace(",", " ").split())
 
 
 class CellError(RuntimeError):
