@@ -12,6 +12,8 @@ output token, as vLLM does). numpy's mean, median, std (population) and linear p
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,10 +63,30 @@ def parse_goodput(items: tuple[str, ...] | None) -> dict[str, float]:
 
 
 def check_bench_options(options: Options) -> None:
-    """Refuse bad --percentile-metrics, --metric-percentiles or --goodput (OptionError)."""
+    """Refuse bad --percentile-metrics, --metric-percentiles, --goodput or a --json FILE
+    that could not be written (OptionError), before anything is simulated."""
     parse_percentile_metrics(options.percentile_metrics)
     parse_percentiles(options.metric_percentiles)
     parse_goodput(options.goodput)
+    if options.json is not None:
+        check_writable(Path(options.json))
+
+
+def check_writable(path: Path) -> None:
+    """Refuse a --json FILE that is a directory, or whose nearest existing parent is a
+    file or not writable."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if path.is_dir():
+        problem = "is a directory"
+    elif not parent.is_dir():
+        problem = f"{parent} is not a directory"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        problem = f"{parent} is not writable"
+    else:
+        return
+    raise OptionError("json", f"--json {path}: {problem}; give a file path that can be written")
 
 
 def percentile_word(p: float) -> str:

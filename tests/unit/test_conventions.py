@@ -148,6 +148,8 @@ def test_sharegpt_estimate_is_flagged_and_tokenizer_counts(tmp_path: Path) -> No
     (["--metric-percentiles", "101"], "--metric-percentiles"),
     (["--prefix-caching-hash-algo", "md5"], "--prefix-caching-hash-algo"),
     (["--list", "kernels"], "--list"),
+    (["--json", "."], "--json"),
+    (["--json", str(AZURE / "sub" / "b.json")], "--json"),
     (["--tokenizer", "/no/such/tokenizer.json", "--dataset-name", "random"], "tokenizer"),
 ])
 def test_bad_convention_input_is_one_line_status_2(argv: list[str], fragment: str,
@@ -164,10 +166,10 @@ def test_bad_convention_input_is_one_line_status_2(argv: list[str], fragment: st
     assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 
-def _message_flags() -> set[str]:
-    """Every --option named in a string inside a ``raise`` in traces/."""
+def _message_flags(files: list[Path]) -> set[str]:
+    """Every --option named in a string inside a ``raise`` in ``files``."""
     found: set[str] = set()
-    for file in (ROOT / "traces").glob("*.py"):
+    for file in files:
         for node in ast.walk(ast.parse(file.read_text())):
             if isinstance(node, ast.Raise):
                 for sub in ast.walk(node):
@@ -179,11 +181,20 @@ def _message_flags() -> set[str]:
 def test_loader_messages_name_options_that_exist() -> None:
     """The options the trace loader's errors suggest are options of simulate.py and of
     python -m traces."""
-    flags = _message_flags()
+    flags = _message_flags(sorted((ROOT / "traces").glob("*.py")))
     assert {"--sort", "--columns", "--format", "--request-rate"} <= flags
     ours = {s for a in build_parser()._actions for s in a.option_strings}
     assert flags <= ours, flags - ours
     assert flags <= option_names(), flags - option_names()
+
+
+def test_simulator_messages_name_options_that_exist() -> None:
+    """So do the simulator's own errors (the sweep's name the sweep's options)."""
+    files = [f for f in sorted((ROOT / "sim").rglob("*.py")) if "sweep" not in f.parts]
+    flags = _message_flags(files)
+    assert {"--num-gpu-blocks", "--goodput", "--metric-percentiles"} <= flags
+    ours = {s for a in build_parser()._actions for s in a.option_strings}
+    assert flags <= ours, flags - ours
 
 
 def test_options_has_a_field_for_every_option() -> None:
