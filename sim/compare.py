@@ -25,7 +25,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from sim.config import Options, RunConfig
 from sim.engine import build_costs, replay
 from sim.results.alloc_log import LogSection, assemble
-from sim.results.bench_out import bench_section, json_number, write_bench_json
+from sim.results.bench_out import bench_section, goodput_line, json_number, write_bench_json
 from sim.results.outputs import (
     SCHEMA_VERSION,
     pagedsim_version,
@@ -104,9 +104,11 @@ def compare(config: RunConfig, options: Options, trace: Trace, trace_sha256: str
         if outcome.error is not None:
             print(f"simulate.py: error: {outcome.error}", file=sys.stderr)
             status = 1
-    write_results(config, options, trace, trace_sha256, outcomes)
+    bench = write_results(config, options, trace, trace_sha256, outcomes)
     done = {o.name: o.summary for o in outcomes if o.summary is not None}
     print(comparison_table(done), flush=True)
+    if options.goodput:
+        print(goodput_line(bench), flush=True)
     return status
 
 
@@ -157,9 +159,9 @@ def _worker(name: str, config: RunConfig, trace: Trace, conn: Connection) -> Non
 
 
 def write_results(config: RunConfig, options: Options, trace: Trace, trace_sha256: str | None,
-                  outcomes: list[Outcome]) -> None:
+                  outcomes: list[Outcome]) -> dict[str, Any]:
     """summary.json, requests.parquet, steps.parquet, config.json, trace_summary.json and,
-    when recorded, the allocation log."""
+    when recorded, the allocation log; returns summary.json's "bench" entry."""
     out = config.output.out_dir
     path = config.workload.trace
     ok = [o for o in outcomes if o.error is None]
@@ -185,6 +187,7 @@ def write_results(config: RunConfig, options: Options, trace: Trace, trace_sha25
     sections = [o.log_section for o in outcomes if o.log_section is not None]
     if config.output.record_log:
         assemble(out, sections)
+    return bench
 
 
 def config_record(config: RunConfig, options: Options) -> dict[str, Any]:

@@ -68,3 +68,11 @@ def write_bench_json(path: Path, config: RunConfig, section: dict[str, Any]) -> 
     record.update({k: v for k, v in section.items() if k not in ("about", "allocators")})
     record["allocators"] = section["allocators"]
     write_json(path, record)
+
+
+def goodput_line(section: dict[str, Any]) -> str:
+    """One stdout line: each allocator's request goodput (req/s) under --goodput."""
+    cells = [f"{name} {'-' if m['request_goodput'] is None else format(m['request_goodput'], '.3f')}"
+             for name, m in section["allocators"].items()]
+    return "request goodput (req/s, every --goodput SLO met): " + ", ".join(cells)
+

@@ -50,3 +50,13 @@ def test_json_file_is_flat_per_allocator_with_the_run_settings(tmp_path: Path) -
     paged = record["allocators"]["paged"]
     assert "p90_ttft_ms" in paged and "p99_ttft_ms" not in paged
     assert 0 < paged["request_goodput"] < paged["request_throughput"]
+
+
+def test_goodput_is_printed_per_allocator(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--goodput adds one stdout line with each allocator's goodput, as in summary.json."""
+    summary = _run(tmp_path, "--goodput", "ttft:60", "e2el:1000")
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    for name, entry in summary["bench"]["allocators"].items():
+        assert f"{name} {entry['request_goodput']:.3f}" in line
+    assert line.startswith("request goodput (req/s")
