@@ -201,3 +201,20 @@ def test_options_has_a_field_for_every_option() -> None:
     """Every parsed option reaches Options (none is silently dropped)."""
     dests = {a.dest for a in build_parser()._actions if a.dest != "help"}
     assert dests <= set(Options.__dataclass_fields__)
+
+
+def test_generic_csv_with_columns_time_unit_and_sort(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """--format csv --columns maps a CSV's own column names, --time-unit ms reads its times,
+    --sort accepts rows out of order (refused without it, naming --sort)."""
+    path = tmp_path / "mine.csv"
+    path.write_text("t,p,o\n0,30,4\n500,20,3\n250,10,2\n")
+    argv = [str(path), "--format", "csv", "--columns", "arrival=t,prompt_len=p,output_len=o",
+            "--time-unit", "ms", "--num-gpu-blocks", "64"]
+    assert main([*argv, "--out", str(tmp_path / "unsorted"), "--no-progress"]) == 2
+    assert "--sort" in capsys.readouterr().err
+    summary = _run(tmp_path, *argv, "--sort")
+    assert summary["trace"]["num_requests"] == 3
+    table = pq.read_table(tmp_path / "out" / "requests.parquet").to_pydict()
+    assert table["arrival_s"] == [0.0, 0.25, 0.5]
+    assert table["prompt_tokens"] == [30, 10, 20]
