@@ -66,6 +66,21 @@ def xxhash(obj: Any) -> bytes:
     return digest
 
 
+def xxhash_cbor(obj: Any) -> bytes:
+    """xxh3_128 over canonical CBOR, as vLLM's ``xxhash_cbor`` option; needs the optional
+    ``xxhash`` and ``cbor2`` packages."""
+    try:
+        import cbor2
+        import xxhash as xxhash_module
+    except ImportError as exc:
+        raise ImportError(
+            "hash function 'xxhash_cbor' needs the optional packages xxhash and cbor2 "
+            "(pip install xxhash cbor2)"
+        ) from exc
+    digest: bytes = xxhash_module.xxh3_128_digest(cbor2.dumps(obj, canonical=True))
+    return digest
+
+
 def blake2b(obj: Any) -> bytes:
     """blake2b (16-byte digest) over pickle: a fast stdlib hash for large simulations.
 
@@ -81,6 +96,7 @@ _HASH_FNS: dict[str, HashFn] = {
     "sha256": sha256,
     "sha256_cbor": sha256_cbor,
     "xxhash": xxhash,
+    "xxhash_cbor": xxhash_cbor,
     "blake2b": blake2b,
 }
 
@@ -91,7 +107,7 @@ _HASH_FNS["fast"] = xxhash if importlib.util.find_spec("xxhash") is not None els
 def get_hash_fn_by_name(hash_fn_name: str) -> HashFn:
     """Return the hash function called ``hash_fn_name``.
 
-    Names: vLLM's ``sha256``, ``sha256_cbor`` and ``xxhash``, plus pagedsim's ``blake2b`` and
+    Names: vLLM's ``sha256``, ``sha256_cbor``, ``xxhash`` and ``xxhash_cbor``, plus pagedsim's ``blake2b`` and
     ``fast`` (``xxhash`` when the package is installed, else ``blake2b``). Digests differ between
     functions, but block ids and hit lengths never depend on digest values.
 

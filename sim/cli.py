@@ -36,20 +36,30 @@ from sim.config import (
     SchedulerConfig,
     WorkloadConfig,
 )
+from sim.conventions import (
+    HelpFormatter,
+    add_convention_options,
+    describe_arrivals,
+    describe_source,
+    workload_spec,
+)
 from sim.cost.capacity import plan_kv_capacity
 from sim.cost.gpus import make_gpu
 from sim.cost.models import get_model
 from sim.engine import build_costs
+from sim.listing import print_list
 from sim.release import (
     add_release_options,
     describe_release,
     gpu_memory_utilization,
     resolve_profile,
 )
+from sim.results.bench import check_bench_options
 from sim.workload.source import TraceLoader, load_input
 from traces import Trace, TraceError
 
 DEFAULT_MAX_MODEL_LEN = 4096
+HASH_CHOICES = ("fast", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "blake2b")
 D = Options()
 
 
@@ -62,7 +72,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> Parser:
     """Every option of simulate.py, with its default in --help (defaults from ``Options``)."""
-    p = Parser(prog="simulate.py", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    p = Parser(prog="simulate.py", formatter_class=HelpFormatter,
                description="Replay a request trace through a SimPy model of an LLM server once "
                            "per KV-cache allocator and compare them.")
     p.add_argument("trace", nargs="?", default=D.trace,
@@ -84,18 +94,20 @@ def build_parser() -> Parser:
                    help="override dense TFLOP/s")
     g.add_argument("--gpu-pcie-gbps", type=float, default=D.gpu_pcie_gbps,
                    help="override PCIe GB/s")
-    g.add_argument("--tp", type=int, default=D.tp, help="tensor-parallel degree")
+    g.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=D.tp, help="tensor-parallel degree")
     g.add_argument("--step-model", default=D.step_model,
                    help="roofline[:k=v,...], poly:FILE or table:FILE")
     _cache_options(p.add_argument_group("KV cache and scheduler"))
     _run_options(p.add_argument_group("workload and run"))
     add_release_options(p.add_argument_group("vLLM release and scheduling policy"), D)
+    add_convention_options(p)
     return p
 
 
 def _cache_options(c: argparse._ArgumentGroup) -> None:
     c.add_argument("--block-size", type=int, default=D.block_size, help="tokens per block")
-    c.add_argument("--num-gpu-blocks", type=int, default=D.num_gpu_blocks,
+    c.add_argument("--num-gpu-blocks", "--num-gpu-blocks-override", dest="num_gpu_blocks",
+                   type=int, default=D.num_gpu_blocks,
                    help="override the computed pool size (as printed by vLLM)")
     c.add_argument("--gpu-memory-utilization", type=float, default=D.gpu_memory_utilization,
                    help="fraction of GPU memory vLLM may use (default: the release's, 0.9; "
@@ -106,9 +118,11 @@ def _cache_options(c: argparse._ArgumentGroup) -> None:
                    help="token budget of one step")
     c.add_argument("--max-model-len", type=int, default=D.max_model_len,
                    help="longest sequence (default 4096, capped at the model's context)")
-    c.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction,
+    c.add_argument("--chunked-prefill", "--enable-chunked-prefill", dest="chunked_prefill",
+                   action=argparse.BooleanOptionalAction,
                    default=D.chunked_prefill, help="split long prefills over steps")
-    c.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction,
+    c.add_argument("--prefix-caching", "--enable-prefix-caching", dest="prefix_caching",
+                   action=argparse.BooleanOptionalAction,
                    default=D.prefix_caching, help="prefix caching for the paged allocator")
     c.add_argument("--preemption", choices=PREEMPTION_MODES, default=D.preemption,
                    help="how a preempted request gives back its blocks")
@@ -122,9 +136,10 @@ def _cache_options(c: argparse._ArgumentGroup) -> None:
                    help="n > 1: one prefill then fork (cow) or n independent requests")
     c.add_argument("--beam-keep-prob", type=float, default=D.beam_keep_prob,
                    help="beam model: chance a new beam keeps its own parent")
-    c.add_argument("--block-hash", default=D.block_hash,
-                   help="prefix-cache block hash: fast (hits identical to sha256) or a vLLM "
-                        "hash name (sha256, sha256_cbor, xxhash, blake2b)")
+    c.add_argument("--block-hash", "--prefix-caching-hash-algo", dest="block_hash",
+                   default=D.block_hash, choices=HASH_CHOICES,
+                   help="prefix-cache block hash: fast (hits identical to sha256), vLLM's "
+                        "sha256, sha256_cbor, xxhash, xxhash_cbor, or blake2b")
 
 
 def _run_options(w: argparse._ArgumentGroup) -> None:
@@ -132,7 +147,7 @@ def _run_options(w: argparse._ArgumentGroup) -> None:
                    help="replay at X times the rate")
     w.add_argument("--limit", type=int, default=D.limit, help="first N requests only")
     w.add_argument("--seed", type=int, default=D.seed,
-                   help="seed for token ids and the beam model")
+                   help="seed for datasets, arrivals, token ids and the beam model")
     w.add_argument("--jobs", type=int, default=D.jobs,
                    help="worker processes, one allocator each (default: the CPU count; "
                         "1: all in this process)")
@@ -156,6 +171,9 @@ def parse_options(argv: Sequence[str]) -> Options:
     """``Options`` from simulate.py's argv; a bad value exits with one line and status 2."""
     parser = build_parser()
     namespace = parser.parse_args(list(argv))
+    if namespace.list is not None:
+        print_list(namespace.list)
+        parser.exit(0)
     try:
         return Options(**{f.name: getattr(namespace, f.name) for f in fields(Options)})
     except InputError as exc:
@@ -187,6 +205,7 @@ def _resolve(o: Options) -> RunConfig:
     if o.block_hash != "fast":
         get_hash_fn_by_name(o.block_hash)
     profile = resolve_profile(o.vllm_version, o.vllm_overrides)
+    check_bench_options(o)
     capacity = plan_kv_capacity(
         model, gpu, block_size=o.block_size, tp=o.tp,
         gpu_memory_utilization=gpu_memory_utilization(o.gpu_memory_utilization, profile),
@@ -203,7 +222,8 @@ def _resolve(o: Options) -> RunConfig:
             o.sampling_mode, o.fast, o.debug, profile, o.scheduling_policy,
             o.long_prefill_token_threshold, o.max_num_active_seqs),
         workload=WorkloadConfig(o.trace, o.format, o.rate_scale, o.limit, o.seed, o.n,
-                                o.beam_width, o.beam_keep_prob),
+                                o.beam_width, o.beam_keep_prob, workload_spec(o),
+                                o.max_concurrency),
         output=OutputConfig(out_dir(o), o.record_allocation_log or o.validate, o.progress),
         cost=CostConfig(o.step_model), allocators=check_allocators(o.allocators),
         jobs=o.jobs or os.cpu_count() or 1, capacity=capacity)
@@ -228,7 +248,7 @@ def describe(config: RunConfig, trace: Trace) -> str:
     sched, cache, workload = config.scheduler, config.cache, config.workload
     lines = [
         "pagedsim: resolved configuration",
-        (f"  trace: {workload.trace or 'built-in default workload'} ({len(trace)} "
+        (f"  trace: {describe_source(workload)} ({len(trace)} "
          f"requests, {trace.metadata.span_s:.1f} s, rate x{workload.rate_scale:g})"),
         (f"  model: {config.model.name} ({config.model.dtype}, kv cache "
          f"{cache.kv_cache_dtype}), gpu: {config.gpu.tp} x {config.gpu.spec.name}, "
@@ -249,6 +269,8 @@ def describe(config: RunConfig, trace: Trace) -> str:
         describe_release(sched.vllm_profile, sched.scheduling_policy,
                          sched.long_prefill_token_threshold, sched.max_num_active_seqs),
     ]
+    if describe_arrivals(workload) is not None:
+        lines.insert(2, str(describe_arrivals(workload)))
     if config.model.sliding_window:
         lines.append(f"  sliding window: {config.model.sliding_window} tokens")
     return "\n".join(lines)

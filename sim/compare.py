@@ -17,6 +17,7 @@ import sys
 import traceback
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm  # type: ignore[import-untyped]
@@ -24,6 +25,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from sim.config import Options, RunConfig
 from sim.engine import build_costs, replay
 from sim.results.alloc_log import LogSection, assemble
+from sim.results.bench_out import bench_section, goodput_line, json_number, write_bench_json
 from sim.results.outputs import (
     SCHEMA_VERSION,
     pagedsim_version,
@@ -102,9 +104,11 @@ def compare(config: RunConfig, options: Options, trace: Trace, trace_sha256: str
         if outcome.error is not None:
             print(f"simulate.py: error: {outcome.error}", file=sys.stderr)
             status = 1
-    write_results(config, options, trace, trace_sha256, outcomes)
+    bench = write_results(config, options, trace, trace_sha256, outcomes)
     done = {o.name: o.summary for o in outcomes if o.summary is not None}
     print(comparison_table(done), flush=True)
+    if options.goodput:
+        print(goodput_line(bench), flush=True)
     return status
 
 
@@ -155,19 +159,23 @@ def _worker(name: str, config: RunConfig, trace: Trace, conn: Connection) -> Non
 
 
 def write_results(config: RunConfig, options: Options, trace: Trace, trace_sha256: str | None,
-                  outcomes: list[Outcome]) -> None:
+                  outcomes: list[Outcome]) -> dict[str, Any]:
     """summary.json, requests.parquet, steps.parquet, config.json, trace_summary.json and,
-    when recorded, the allocation log."""
+    when recorded, the allocation log; returns summary.json's "bench" entry."""
     out = config.output.out_dir
     path = config.workload.trace
     ok = [o for o in outcomes if o.error is None]
+    bench = bench_section(config, options, trace, ok)
     write_json(out / "summary.json", {
         "schema_version": SCHEMA_VERSION, "pagedsim_version": pagedsim_version(),
         "trace": {"path": path, "sha256": trace_sha256, "format": trace.metadata.format,
                   "num_requests": len(trace)},
         "allocators": {o.name: o.summary for o in ok},
         "counters": {o.name: o.counters for o in ok},
+        "bench": bench,
     })
+    if options.json:
+        write_bench_json(Path(options.json), config, bench)
     write_tables(out / "requests.parquet", "requests.parquet", [o.requests for o in ok])
     write_tables(out / "steps.parquet", "steps.parquet", [o.steps for o in ok])
     record = {"schema_version": SCHEMA_VERSION,
@@ -179,6 +187,7 @@ def write_results(config: RunConfig, options: Options, trace: Trace, trace_sha25
     sections = [o.log_section for o in outcomes if o.log_section is not None]
     if config.output.record_log:
         assemble(out, sections)
+    return bench
 
 
 def config_record(config: RunConfig, options: Options) -> dict[str, Any]:
@@ -187,7 +196,7 @@ def config_record(config: RunConfig, options: Options) -> dict[str, Any]:
     release profile, the model, GPU, capacity and step model."""
     cache, sched, work = config.cache, config.scheduler, config.workload
     return {
-        "options": asdict(options),
+        "options": {k: json_number(v) for k, v in asdict(options).items()},
         "scheduler": {
             "num_gpu_blocks": cache.num_gpu_blocks, "block_size": cache.block_size,
             "max_model_len": sched.max_model_len, "max_num_seqs": sched.max_num_seqs,

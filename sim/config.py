@@ -17,6 +17,7 @@ from sim.cost.capacity import KVCapacity
 from sim.cost.gpus import GpuSpec
 from sim.cost.models import ModelConfig
 from sim.release import release_problem, scheduler_problem
+from traces.workload import WorkloadSpec
 
 DEFAULT_ALLOCATORS = "paged,paged-nocache,max,pow2,oracle,ft"
 PLACEMENTS = ("buddy", "first-fit")
@@ -25,7 +26,8 @@ SAMPLING_MODES = ("cow", "fanout")
 _CHOICES = {"placement": PLACEMENTS, "preemption": PREEMPTION_MODES,
             "sampling_mode": SAMPLING_MODES}
 _POSITIVE = ("tp", "block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens",
-             "max_model_len", "n", "beam_width", "limit", "jobs")
+             "max_model_len", "n", "beam_width", "limit", "jobs", "num_prompts",
+             "max_concurrency")
 _FLAGS = {"fast": "--no-fast", "progress": "--no-progress", "trace": "TRACE"}
 
 
@@ -95,6 +97,30 @@ class Options:
     scheduling_policy: str = "fcfs"
     long_prefill_token_threshold: int = 0
     max_num_active_seqs: int | None = None
+    dataset_name: str | None = None
+    dataset_path: str | None = None
+    num_prompts: int | None = None
+    random_input_len: int = 1024
+    random_output_len: int = 128
+    random_range_ratio: float = 0.0
+    random_prefix_len: int = 0
+    sonnet_input_len: int = 550
+    sonnet_output_len: int = 150
+    sonnet_prefix_len: int = 200
+    sharegpt_output_len: int | None = None
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    tokenizer: str | None = None
+    sort: bool = False
+    columns: dict[str, str] | None = None
+    time_unit: str | None = None
+    hash_block_size: int = 512
+    max_concurrency: int | None = None
+    goodput: tuple[str, ...] | None = None
+    percentile_metrics: str = "ttft,tpot,itl,e2el"
+    metric_percentiles: str = "99"
+    json: str | None = None
+    list: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vllm_overrides", tuple(self.vllm_overrides or ()))
@@ -233,6 +259,8 @@ class WorkloadConfig:
         n: parallel samples per request; None keeps the trace's value.
         beam_width: beam width; None keeps the trace's value (1: no beam search).
         beam_keep_prob: beam model: chance a new beam keeps its own parent.
+        spec: every workload option (``traces.WorkloadSpec``); None: the fields above only.
+        max_concurrency: most requests in flight from the client (None: no limit).
     """
 
     trace: str | None = None
@@ -243,6 +271,8 @@ class WorkloadConfig:
     n: int | None = None
     beam_width: int | None = None
     beam_keep_prob: float = 0.75
+    spec: WorkloadSpec | None = None
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The SimPy model of one serving engine, and one allocator's replay of a trace through it.
 
 Arrivals replay the trace's times, putting each request in the scheduler's waiting queue and
-waking the engine if it sleeps. The engine loops: schedule a step, ``yield`` its predicted
+waking the engine if it sleeps (through the client's slots under ``--max-concurrency``,
+``sim/client.py``). The engine loops: schedule a step, ``yield`` its predicted
 duration (step-time model plus any swap traffic over PCIe; a step without swaps adds none, so
 ``swap_time(0)`` must be 0), then the scheduler applies and records it. When nothing can run
 it sleeps until the next arrival. Both are short generators, SimPy's idiom; all the logic
@@ -28,6 +29,7 @@ import simpy
 from allocator.interface import KVManager, ManagerConfig
 from allocator.paged import PagedKVCacheManager
 from allocator.registry import make_manager
+from sim.client import Client, limited_arrivals
 from sim.config import RunConfig
 from sim.cost.step_base import StepModel, StepTime
 from sim.cost.step_model import make_step_model
@@ -77,6 +79,8 @@ class EngineState:
     process has started)."""
     on_plan: list[Hook] = field(default_factory=list)
     on_step: list[Hook] = field(default_factory=list)
+    coast: bool = True
+    """Whether quiet steps may run ahead in one go (off under a client concurrency limit)."""
 
 
 def arrivals(env: simpy.Environment, workload: Workload, sched: Scheduler,
@@ -105,7 +109,8 @@ def engine(env: simpy.Environment, sched: Scheduler, costs: Costs, state: Engine
     """
     model, swap_time = costs
     stalled: tuple[int, ...] | None = None
-    coast = not (state.on_plan or state.on_step or model.decode_context_cap is not None)
+    coast = state.coast and not (state.on_plan or state.on_step
+                                 or model.decode_context_cap is not None)
     while True:
         plan = sched.schedule(env.now)
         if plan is None:
@@ -196,7 +201,15 @@ def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
         sched.state.on_finish = sched.state.on_reject = leave
     state = _engine_state(sched, config.scheduler.debug, log_writer)
     env = simpy.Environment()
-    env.process(arrivals(env, workload, sched, state))
+    limit = config.workload.max_concurrency
+    if limit is None:
+        env.process(arrivals(env, workload, sched, state))
+    else:
+        client = Client(env, limit)
+        sched.state.on_finish = client.chain(sched.state.on_finish)
+        sched.state.on_reject = client.chain(sched.state.on_reject)
+        state.coast = False
+        env.process(limited_arrivals(env, workload, sched, state, client))
     env.process(engine(env, sched, costs, state, len(trace)))
     collecting = gc.isenabled()
     gc.disable()  # see the module docstring

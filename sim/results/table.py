@@ -1,4 +1,5 @@
-"""The side-by-side comparison table printed on stdout at the end of a run."""
+"""The side-by-side comparison table printed on stdout at the end of a run (latencies in ms,
+as ``vllm bench serve`` prints them; the summary keys stay in seconds)."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,10 +8,10 @@ ROWS = (
     ("finished / rejected", None),
     ("throughput (req/s)", ("throughput_req_s", "{:.3f}", 1)),
     ("throughput (output tok/s)", ("throughput_tok_s", "{:.1f}", 1)),
-    ("TTFT mean / p99 (s)", None),
+    ("TTFT mean / p99 (ms)", None),
     ("TPOT mean / p99 (ms)", None),
-    ("e2e latency mean / p99 (s)", None),
-    ("normalised latency (s/token)", ("norm_latency_mean_s", "{:.4f}", 1)),
+    ("e2e latency mean / p99 (ms)", None),
+    ("normalised latency (ms/token)", ("norm_latency_mean_s", "{:.2f}", 1000)),
     ("mean batch size (requests)", ("mean_batch_size", "{:.1f}", 1)),
     ("KV token states %", ("kv_token_states_frac", "{:.1f}", 100)),
     ("KV reserved %", ("kv_reserved_frac", "{:.1f}", 100)),
@@ -41,10 +42,10 @@ def _cell(label: str, spec: Any, s: dict[str, Any]) -> str:
     if label.startswith("finished"):
         return f"{s['num_finished']} / {s['num_rejected']}"
     if label.startswith("TTFT"):
-        return _pair(s, "ttft_mean_s", "ttft_p99_s", "{:.3f}")
+        return _pair(s, "ttft_mean_s", "ttft_p99_s", "{:.1f}", 1000.0)
     if label.startswith("TPOT"):
         return _pair(s, "tpot_mean_s", "tpot_p99_s", "{:.1f}", 1000.0)
-    return _pair(s, "e2el_mean_s", "e2el_p99_s", "{:.2f}")
+    return _pair(s, "e2el_mean_s", "e2el_p99_s", "{:.0f}", 1000.0)
 
 
 def comparison_table(summaries: dict[str, dict[str, Any]]) -> str:

@@ -16,6 +16,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import socket
 import time
 import traceback
@@ -32,12 +33,14 @@ from sim.sweep.spec import value_text
 from sim.sweep.store import CELL_FILE, ERROR_FILE, SCHEMA_VERSION, commit, make_temp, write_json
 from sim.workload.source import load_input
 from traces import Trace, TraceError, default_workload, load_trace
+from traces.options import parse_columns
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "int": int, "float": float, "str": str,
-    "tuple[str, ...]": lambda text: tuple(part.strip() for part in text.split(";") if part.strip()),
+    "int": int, "float": float, "str": str, "dict[str, str]": parse_columns,
+    "tuple[str, ...]": lambda text: tuple(part for part in re.split(r"[;,\s]+", text) if part),
 }
-"""Text to value per option type; a list of texts (``--vllm-override``) is ';'-separated."""
+"""Text to value per option type; a list of texts (``--vllm-override``, ``--goodput``) is
+separated by ';', ',' or spaces."""
 
 
 class CellError(RuntimeError):

@@ -41,6 +41,9 @@ def _simulate(out: Path, args: list[str]) -> dict[str, Any]:
 
 
 def _strip(summary: dict[str, Any]) -> dict[str, Any]:
+    # vllm bench serve's names for the same results; test_bench_metrics_match_golden checks
+    # them against the golden values.
+    summary.pop("bench")
     for entry in summary["allocators"].values():
         entry.pop("wall_s")
     summary["trace"].pop("path")
@@ -70,6 +73,29 @@ def test_summary_matches_golden(case: str, tmp_path: Path) -> None:
     _close(summary, json.loads(golden.read_text()))
     for entry in summary["allocators"].values():
         assert entry["leaked_blocks"] == 0
+
+
+BENCH_OF_GOLDEN = {"mean_ttft_ms": "ttft_mean_s", "median_ttft_ms": "ttft_p50_s",
+                   "p99_ttft_ms": "ttft_p99_s", "mean_tpot_ms": "tpot_mean_s",
+                   "p99_tpot_ms": "tpot_p99_s", "mean_e2el_ms": "e2el_mean_s",
+                   "p99_e2el_ms": "e2el_p99_s"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bench_metrics_match_golden(case: str, tmp_path: Path) -> None:
+    """summary.json's vLLM-named metrics are the golden summaries' values in ms (and the
+    throughputs and counts the same), for every allocator."""
+    bench = _simulate(tmp_path, CASES[case])["bench"]["allocators"]
+    golden = json.loads((GOLDEN / f"simulate_{case}.json").read_text())["allocators"]
+    assert sorted(bench) == sorted(golden)
+    for name, entry in golden.items():
+        ours = bench[name]
+        assert ours["completed"] == entry["num_finished"]
+        assert ours["request_throughput"] == pytest.approx(entry["throughput_req_s"])
+        assert ours["output_throughput"] == pytest.approx(entry["throughput_tok_s"])
+        for key, seconds in BENCH_OF_GOLDEN.items():
+            assert ours[key] == pytest.approx(entry[seconds] * 1000.0, rel=1e-9), key
+        assert ours["p99_itl_ms"] >= ours["median_itl_ms"] > 0
 
 
 def test_same_inputs_give_byte_identical_outputs(tmp_path: Path) -> None:

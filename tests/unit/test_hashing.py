@@ -92,7 +92,8 @@ def test_empty_parent_uses_seed(seed_zero: None) -> None:
     assert hash_block_tokens(sha256, b"", [1, 2]) == hash_block_tokens(sha256, None, [1, 2])
 
 
-@pytest.mark.parametrize("name", ["sha256", "sha256_cbor", "xxhash", "blake2b", "fast"])
+@pytest.mark.parametrize("name", ["sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "blake2b",
+                                  "fast"])
 def test_hash_fns_deterministic_across_processes(name: str) -> None:
     """Each named hash function gives the same digest in a fresh interpreter."""
     fn = get_hash_fn_by_name(name)
@@ -244,3 +245,13 @@ def test_fixed_none_hash_seed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert init_none_hash(sha256, "random") != init_none_hash(sha256, "random")
     with pytest.raises(ValueError, match="none_hash_seed"):
         init_none_hash(sha256, "sometimes")
+
+
+def test_xxhash_cbor_is_xxh3_128_over_canonical_cbor() -> None:
+    """vLLM's xxhash_cbor: xxh3_128 of the canonical CBOR encoding (16 bytes), not of pickle."""
+    cbor2 = pytest.importorskip("cbor2")
+    xxhash = pytest.importorskip("xxhash")
+    obj = (b"parent", (1, 2, 3), None)
+    digest = get_hash_fn_by_name("xxhash_cbor")(obj)
+    assert digest == xxhash.xxh3_128_digest(cbor2.dumps(obj, canonical=True))
+    assert digest != get_hash_fn_by_name("xxhash")(obj) and len(digest) == 16

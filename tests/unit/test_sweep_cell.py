@@ -9,7 +9,14 @@ import pytest
 
 from sim.cli import parse_options
 from sim.config import OptionError
-from sim.sweep.cell import CellTask, TraceCache, cell_options, execute_cell, run_cell
+from sim.sweep.cell import (
+    CellTask,
+    TraceCache,
+    cell_options,
+    execute_cell,
+    option_value,
+    run_cell,
+)
 from sim.sweep.store import CELL_FILE, ERROR_FILE
 
 TRACE = "Timestamp,Request tokens,Response tokens\n0,100,20\n0.5,60,10\n1.0,80,15\n"
@@ -106,3 +113,15 @@ def test_run_cell_runs_the_simulator(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text()) == summary
     config = json.loads((out / "config.json").read_text())
     assert config["options"]["rate_scale"] == 2.0
+
+
+def test_vllm_convention_options_read_from_a_spec() -> None:
+    """A sweep spec can set vllm bench serve's options: --columns pairs, --goodput SLOs (a
+    TOML list), an infinite --request-rate, --max-concurrency; bad pairs are refused."""
+    assert option_value("columns", "arrival=t,prompt_len=p") == {"arrival": "t",
+                                                                 "prompt_len": "p"}
+    assert option_value("goodput", ["ttft:500", "tpot:50"]) == ("ttft:500", "tpot:50")
+    assert option_value("request_rate", "inf") == float("inf")
+    assert option_value("max_concurrency", 8) == 8
+    with pytest.raises(OptionError, match="--columns"):
+        option_value("columns", "oops")
