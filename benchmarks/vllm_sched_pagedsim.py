@@ -60,6 +60,12 @@ def make_options(config: dict[str, Any], version: str) -> Options:
     return Options(**{k: v for k, v in wanted.items() if k in FIELDS})
 
 
+def arrival_time(spec: dict[str, Any]) -> float:
+    """The request's arrival as the worker gives it to vLLM (its step, then its id), so that
+    priority ties break the same way on both sides."""
+    return spec["arrival"] + int(spec["id"][1:]) * 1e-6
+
+
 class StreamWorkload:
     """What the scheduler asks of a workload, over the stream's requests (n = 1, no beams)."""
 
@@ -73,13 +79,15 @@ class StreamWorkload:
         """The request's group; its output stops at ``max_model_len`` (as vLLM's does)."""
         prompt = len(spec["prompt"])
         out = min(spec["max_tokens"], max_model_len - prompt)
-        return Group(index, spec["id"], float(spec["arrival"]), prompt, out, out, 1, 1, None)
+        group = Group(index, spec["id"], arrival_time(spec), prompt, out, out, 1, 1, None)
+        group.priority = spec["priority"]  # the waiting order and the victim read the group's
+        return group
 
     def first_seqs(self, group: Group, split: bool) -> list[Seq]:
         spec = self.specs[group.request_id]
         out = group.output_len
         req = Request(spec["id"], spec["prompt"], out,
-                      arrival_time=spec["arrival"] + int(spec["id"][1:]) * 1e-6,
+                      arrival_time=arrival_time(spec),
                       priority=spec["priority"], block_hasher=self.hasher,
                       final_output_len=out)
         return [Seq(req, group, 0, spec["id"], spec["outputs"][:out])]
