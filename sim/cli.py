@@ -40,6 +40,7 @@ from sim.cost.capacity import plan_kv_capacity
 from sim.cost.gpus import make_gpu
 from sim.cost.models import get_model
 from sim.engine import build_costs
+from sim.sched.spec_rules import scheduler_fields
 from sim.workload.source import TraceLoader, load_input
 from traces import Trace, TraceError
 
@@ -83,6 +84,7 @@ def build_parser() -> Parser:
                    help="roofline[:k=v,...], poly:FILE or table:FILE")
     _cache_options(p.add_argument_group("KV cache and scheduler"))
     _run_options(p.add_argument_group("workload and run"))
+    _spec_options(p.add_argument_group("speculative decoding and async scheduling"))
     return p
 
 
@@ -144,6 +146,19 @@ def _run_options(w: argparse._ArgumentGroup) -> None:
                    help="run the sweep SPEC.toml instead (same as python -m sim.sweep SPEC)")
 
 
+def _spec_options(s: argparse._ArgumentGroup) -> None:
+    s.add_argument("--speculative-config", metavar="JSON", default=D.speculative_config,
+                   help='speculative decoding as vLLM spells it: {"method": "ngram"|"eagle"|'
+                        '"draft_model", "num_speculative_tokens": K[, "model": DRAFT]}')
+    s.add_argument("--acceptance-rate", metavar="A[,A2,...]", default=D.acceptance_rate,
+                   help="chance a draft token is accepted, one for every position or K "
+                        "(default 0.7)")
+    s.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
+                   default=D.async_scheduling,
+                   help="schedule the next step while one runs (default: the vLLM release's "
+                        "rule)")
+
+
 def parse_options(argv: Sequence[str]) -> Options:
     """``Options`` from simulate.py's argv; a bad value exits with one line and status 2."""
     parser = build_parser()
@@ -190,7 +205,7 @@ def _resolve(o: Options) -> RunConfig:
         scheduler=SchedulerConfig(
             o.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_context_len),
             o.max_num_seqs, o.max_num_batched_tokens, o.chunked_prefill, o.preemption,
-            o.sampling_mode, o.fast, o.debug),
+            o.sampling_mode, o.fast, o.debug, **scheduler_fields(o)),
         workload=WorkloadConfig(o.trace, o.format, o.rate_scale, o.limit, o.seed, o.n,
                                 o.beam_width, o.beam_keep_prob),
         output=OutputConfig(out_dir(o), o.record_allocation_log or o.validate, o.progress),

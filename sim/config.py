@@ -15,6 +15,7 @@ from pathlib import Path
 from sim.cost.capacity import KVCapacity
 from sim.cost.gpus import GpuSpec
 from sim.cost.models import ModelConfig
+from sim.cost.spec_cost import SpecConfig, parse_acceptance, parse_spec_config
 
 DEFAULT_ALLOCATORS = "paged,paged-nocache,max,pow2,oracle,ft"
 PLACEMENTS = ("buddy", "first-fit")
@@ -88,6 +89,9 @@ class Options:
     report: bool = False
     validate: bool = False
     sweep: str | None = None
+    async_scheduling: bool | None = None
+    speculative_config: str | None = None
+    acceptance_rate: str | None = None
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -105,7 +109,29 @@ class Options:
         if not 0.0 <= self.beam_keep_prob <= 1.0:
             raise OptionError("beam_keep_prob", "--beam-keep-prob must be in [0, 1], got "
                                                 f"{self.beam_keep_prob}")
+        spec_options(self)
 
+
+def spec_options(o: Options) -> tuple[SpecConfig | None, tuple[float, ...]]:
+    """``--speculative-config`` and ``--acceptance-rate`` parsed (OptionError if bad): the
+    setup, or None, and the per-position acceptance probabilities (default 0.7 each)."""
+    if o.speculative_config is None:
+        if o.acceptance_rate is not None:
+            raise OptionError("acceptance_rate", "--acceptance-rate needs --speculative-config")
+        return None, ()
+    try:
+        spec = parse_spec_config(o.speculative_config)
+    except ValueError as exc:
+        raise OptionError("speculative_config", f"--speculative-config {exc}") from None
+    try:
+        rates = parse_acceptance(o.acceptance_rate or str(DEFAULT_ACCEPTANCE), spec.k)
+    except ValueError as exc:
+        raise OptionError("acceptance_rate", f"--acceptance-rate {exc}") from None
+    return spec, rates
+
+
+DEFAULT_ACCEPTANCE = 0.7
+"""Default chance that a draft token is accepted, for every position."""
 
 OPTION_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Options)}
 """Each option's type as written above ("int | None", "bool", ...), for converting values."""
@@ -172,6 +198,12 @@ class SchedulerConfig:
         sampling_mode: n > 1: "cow" (one prefill, fork after it) or "fanout" (n requests).
         fast: use the fast path (``sim/sched/steady.py``) where it applies.
         debug: check invariants (and the fast path's snapshot) after every step.
+        spec: speculative decoding (``--speculative-config``), or None.
+        acceptance: per draft position, the chance it is accepted given the ones before.
+        num_lookahead_tokens: draft slots reserved in ``allocate_slots`` (the release's rule).
+        use_eagle: prefix hits drop their last block (EAGLE).
+        async_scheduling: the next step is scheduled while one runs (``sched/async_sched.py``).
+        async_skip_undelivered: preempted requests with an undelivered output wait for it.
     """
 
     max_model_len: int = 4096
@@ -182,6 +214,12 @@ class SchedulerConfig:
     sampling_mode: str = "cow"
     fast: bool = True
     debug: bool = False
+    spec: SpecConfig | None = None
+    acceptance: tuple[float, ...] = ()
+    num_lookahead_tokens: int = 0
+    use_eagle: bool = False
+    async_scheduling: bool = False
+    async_skip_undelivered: bool = False
 
     def __post_init__(self) -> None:
         if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:

@@ -22,6 +22,7 @@ from sim.config import RunConfig
 from sim.cost.step_base import StepModel, StepTime
 from sim.results.metrics import RunLog, step_row
 from sim.sched.admission import Admission
+from sim.sched.async_sched import make_extras
 from sim.sched.coast import Coaster
 from sim.sched.plan import StepPlan
 from sim.sched.preemption import Preemption
@@ -40,8 +41,12 @@ class SimulationError(RuntimeError):
 def uses_fast_path(manager: KVManager, config: RunConfig, workload: Workload) -> bool:
     """Whether the fast path's shortcuts are proven for this run: the paged manager or a
     contiguous one, full attention, recompute preemption, no forks (beams; cow samples on a
-    paged manager) and no allocation log."""
+    paged manager) and no allocation log. Speculative decoding and async scheduling change
+    every decode's token count and timing, which the steady set does not model: they run on
+    the reference loop."""
     sched = config.scheduler
+    if sched.spec is not None or sched.async_scheduling:
+        return False
     if not sched.fast or config.output.record_log or config.model.sliding_window is not None:
         return False
     contiguous = isinstance(manager, ContiguousManager)
@@ -92,6 +97,8 @@ class Scheduler:
             state.eager_append = False
             self.skips_calls = self.steady.tally.skips_calls
         state.on_finish = state.on_reject = log.add_group
+        self.extras = make_extras(state, workload, fanout, config.cache.block_size)
+        self.lookahead = self.extras.lookahead if self.extras is not None else 0
 
     @property
     def step_index(self) -> int:
@@ -126,7 +133,11 @@ class Scheduler:
             if not state.swapped:
                 self.admission.admit(plan)
         self._take_copies(plan)
-        return None if plan.empty else plan
+        if plan.empty:
+            return None
+        if self.extras is not None:
+            self.extras.launch(plan)
+        return plan
 
     def _run_seqs(self, plan: StepPlan, seqs: list[Seq]) -> int | None:
         """Schedule ``seqs`` (running order) while budget lasts; the key that stopped it, if
@@ -143,7 +154,11 @@ class Scheduler:
         """The reference loop's body for one sequence; False if it preempted itself. The fast
         path skips a paged one-token call that provably changes nothing (before ``call_at``)."""
         c = seq.req.num_computed_tokens
-        n = num_new_tokens(seq.num_tokens, c, plan.budget, self.max_model_len)
+        extras = self.extras
+        if extras is not None and extras.done_in_flight(seq):
+            return True
+        n = num_new_tokens(seq.num_tokens + (extras.extra(seq, c) if extras else 0), c,
+                           plan.budget, self.max_model_len)
         if n <= 0:
             return True
         if (n != 1 or not self.skips_calls or c >= seq.call_at) \
@@ -159,7 +174,8 @@ class Scheduler:
         """
         state = self.state
         seq.flush()
-        while self.manager.allocate_slots(seq.req, n) is None:
+        lookahead = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
+        while self.manager.allocate_slots(seq.req, n, **lookahead) is None:
             victim = state.running[next(reversed(state.running))]
             self.preemption.preempt(victim, plan)
             if seq.status != RUNNING:
@@ -181,12 +197,17 @@ class Scheduler:
             swap_s, len(state.running), state.num_running_groups, state.num_waiting(),
             len(state.swapped), num_decode + len(prefills), total - num_decode, num_decode,
             self.snapshot(), (plan.prefix_queries, plan.prefix_hits, plan.num_preemptions,
-                              plan.num_copies, plan.swap_out_blocks, plan.swap_in_blocks)))
+                              plan.num_copies, plan.swap_out_blocks, plan.swap_in_blocks),
+            int(plan.overlapped)))
 
     def apply(self, plan: StepPlan, now: float, start: float) -> None:
         """Advance every scheduled sequence by its tokens; sample, finish and fork."""
         state = self.state
         state.now = now
+        if self.extras is not None:
+            self.extras.apply(plan, start, self._sample)
+            state.step_index += 1
+            return
         if self.steady is not None:
             self.steady.before_apply(plan)
         touched: list[Group] = []
