@@ -6,7 +6,7 @@ the newest of those three at or below it. Lookahead slots: EAGLE always reserves
 ``draft_model`` from 0.19, n-gram never. Async scheduling by default (``None``): on unless a
 drafting method turns it off, EAGLE keeping it on everywhere and ``draft_model`` from 0.33;
 asked for explicitly (``--async-scheduling``) it is refused with n-gram everywhere and with
-``draft_model`` before 0.19, as vLLM raises.
+``draft_model`` before 0.19, as vLLM raises. Swap preemption (vLLM v0) runs synchronously.
 """
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ def async_scheduling(options: Options, spec: SpecConfig | None, profile: VllmPro
     """Whether the run schedules asynchronously (OptionError where vLLM refuses)."""
     method = spec.method if spec is not None else None
     minor = _minor(profile)
+    if options.preemption == "swap":  # a vLLM v0 mode: v1's async scheduler never swaps
+        if options.async_scheduling:
+            raise OptionError("async_scheduling", "--async-scheduling cannot be combined with "
+                                                  "--preemption swap (use --no-async-scheduling)")
+        return False
     allowed = method in (None, "eagle") or (method == "draft_model" and minor >= 19)
     if options.async_scheduling:
         if not allowed:
