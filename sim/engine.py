@@ -29,8 +29,8 @@ from allocator.interface import KVManager, ManagerConfig
 from allocator.paged import PagedKVCacheManager
 from allocator.registry import make_manager
 from sim.config import RunConfig
-from sim.cost.step_base import StepModel, StepTime
 from sim.cost.spec_cost import DraftTime, make_draft_time
+from sim.cost.step_base import StepModel, StepTime
 from sim.cost.step_model import make_step_model
 from sim.cost.swap_cost import make_swap_cost
 from sim.results.metrics import RunLog, summarize

@@ -68,7 +68,8 @@ class StepExtras:
             drafts = max(0, c + n - target)
             outcome[seq] = drafts if c + n >= target else -1
             if spec is not None and self.lookahead:
-                spec.lookahead_blocks += spec.held(c, n)
+                blocks = len(self.state.manager.get_block_ids(seq.request_id)[0])
+                spec.lookahead_blocks += spec.held(blocks, c + n)
             if self.overlap:
                 seq.req.num_computed_tokens += n
                 seq.req.num_in_flight_tokens += n

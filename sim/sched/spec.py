@@ -55,11 +55,10 @@ class SpecDecode:
         self.num_accepted += accepted
         return accepted
 
-    def held(self, computed: int, num_tokens: int) -> int:
-        """Blocks a sequence holds only for its lookahead slots after this step's call."""
-        size = self.block_size
-        end = computed + num_tokens
-        return -(-(end + self.lookahead) // size) - -(-end // size)
+    def held(self, num_blocks: int, end: int) -> int:
+        """Of the ``num_blocks`` a sequence holds after its call, those past its computed
+        tokens' last block (``end`` tokens): the lookahead slots' blocks."""
+        return max(0, num_blocks - -(-end // self.block_size))
 
     def forget(self, seq: Seq) -> None:
         """The sequence left for good: drop its generator."""
