@@ -10,8 +10,10 @@ import pytest
 
 from sim.config import OptionError, Options
 from sim.cost.spec_cost import SpecConfig
+from sim.sched.plan import StepPlan
 from sim.sched.spec_rules import scheduler_fields
 from tests.unit.simkit import STEP_S, make_trace, rows, simulate, steps
+from tests.unit.test_spec import scheduler
 
 
 def test_finish_by_length_schedules_no_step_past_the_last_token() -> None:
@@ -101,3 +103,22 @@ def test_bad_options_name_the_option(options: dict[str, Any], option: str) -> No
         fields_for(**options)
     assert err.value.option == option
     assert "--" + option.replace("_", "-") in str(err.value)
+
+
+@pytest.mark.parametrize("output_len", [1, 5])
+def test_preempted_request_receives_its_in_flight_output(output_len: int) -> None:
+    """Step 0 (the prefill) is in flight while step 1 is scheduled; the request is preempted
+    then. Applying step 0 still delivers its token (vLLM's stale output): with output length
+    1 the request finishes in the waiting queue, else it waits with one output."""
+    sched = scheduler(make_trace([(0.0, 32, output_len)]), async_scheduling=True)
+    step0 = sched.schedule(0.0)
+    assert step0 is not None
+    seq = step0.seqs[0]
+    assert seq.req.num_in_flight_tokens == 32
+    # Scheduling step 1 preempts it (before step 1 is launched).
+    sched.preemption.preempt(seq, StepPlan(8192))
+    sched.apply(step0, STEP_S, 0.0)
+    assert seq.num_out == 1 and seq.req.num_in_flight_tokens == 0
+    assert seq.status == ("finished" if output_len == 1 else "waiting")
+    assert len(sched.state.waiting) == (0 if output_len == 1 else 1)
+    assert len(sched.log.groups) == (1 if output_len == 1 else 0)
