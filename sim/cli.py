@@ -40,7 +40,7 @@ from sim.cost.capacity import plan_kv_capacity
 from sim.cost.gpus import make_gpu
 from sim.cost.models import get_model
 from sim.engine import build_costs
-from sim.sched.spec_rules import scheduler_fields
+from sim.sched.spec_rules import check_spec_trace, describe_spec, scheduler_fields
 from sim.workload.source import TraceLoader, load_input
 from traces import Trace, TraceError
 
@@ -253,6 +253,7 @@ def describe(config: RunConfig, trace: Trace) -> str:
     ]
     if config.model.sliding_window:
         lines.append(f"  sliding window: {config.model.sliding_window} tokens")
+    lines.append(describe_spec(sched))
     return "\n".join(lines)
 
 
@@ -266,6 +267,7 @@ def run_options(options: Options, loader: TraceLoader = traces) -> int:
         trace, sha = load_input(config.workload, loader)
     except (TraceError, OSError) as exc:
         raise InputError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
+    check_spec_trace(config, trace)
     print(describe(config, trace), flush=True)
     return compare(config, options, trace, sha)
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from allocator.profiles import VllmProfile, profile_for
-from sim.config import OptionError, Options, spec_options
+from sim.config import OptionError, Options, RunConfig, SchedulerConfig, spec_options
 from sim.cost.spec_cost import SpecConfig
+from traces import Trace
 
 DEFAULT_VERSION = "0.33"
 """The release whose profile applies when the options name none."""
@@ -69,3 +70,30 @@ def scheduler_fields(options: Options) -> dict[str, Any]:
             "use_eagle": spec is not None and spec.method == "eagle",
             "async_scheduling": async_scheduling(options, spec, profile),
             "async_skip_undelivered": profile.async_skip_undelivered_preempted}
+
+
+def describe_spec(sched: SchedulerConfig) -> str:
+    """The run header's line on async scheduling and speculative decoding."""
+    line = f"  async scheduling {'on' if sched.async_scheduling else 'off'}"
+    spec = sched.spec
+    if spec is None:
+        return line + ", no speculative decoding"
+    rates = ",".join(f"{r:g}" for r in sched.acceptance)
+    return (f"{line}, speculative decoding {spec.method} K={spec.k} (acceptance {rates}, "
+            f"lookahead {sched.num_lookahead_tokens})")
+
+
+def check_spec_trace(config: RunConfig, trace: Trace) -> None:
+    """Refuse speculative decoding for requests that fork (n > 1 with cow sampling, beam
+    search), which the simulator does not draft for (OptionError, one line)."""
+    if config.scheduler.spec is None:
+        return
+    workload = config.workload
+    n = [workload.n] if workload.n is not None else trace.n.tolist()
+    beams = [workload.beam_width] if workload.beam_width is not None else \
+        trace.beam_width.tolist()
+    cow = config.scheduler.sampling_mode == "cow"
+    if max(beams, default=1) > 1 or (cow and max(n, default=1) > 1):
+        raise OptionError("speculative_config", (
+            "--speculative-config: requests with n > 1 or beam search are not simulated with "
+            "speculative decoding (use --sampling-mode fanout, --beam-width 1)"))

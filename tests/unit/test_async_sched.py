@@ -4,16 +4,20 @@ step wait one step more, preempted requests still receive their in-flight output
 per-release rules of sim/sched/spec_rules.py."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sim.cli import main
 from sim.config import OptionError, Options
 from sim.cost.spec_cost import SpecConfig
 from sim.sched.plan import StepPlan
 from sim.sched.spec_rules import scheduler_fields
 from tests.unit.simkit import STEP_S, make_trace, rows, simulate, steps
 from tests.unit.test_spec import scheduler
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_finish_by_length_schedules_no_step_past_the_last_token() -> None:
@@ -122,3 +126,21 @@ def test_preempted_request_receives_its_in_flight_output(output_len: int) -> Non
     assert seq.status == ("finished" if output_len == 1 else "waiting")
     assert len(sched.state.waiting) == (0 if output_len == 1 else 1)
     assert len(sched.log.groups) == (1 if output_len == 1 else 0)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--speculative-config", "{x"],
+    ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": -1}'],
+    ["--speculative-config", NGRAM, "--async-scheduling"],
+    [str(DATA / "tiny_mooncake.jsonl"), "--n", "2", "--speculative-config", EAGLE],
+])
+def test_command_line_refusals_exit_2_with_one_line(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main([*argv, "--out", str(tmp_path), "--no-progress", "--limit", "3"])
+    except SystemExit as exit_:
+        code = exit_.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--speculative-config" in err or "--async-scheduling" in err
