@@ -90,6 +90,9 @@ class KVCacheManager:
         self.watermark_blocks = watermark_blocks(watermark, kv_cache_config)
         self._adopt_zero_tokens = vllm_profile.zero_token_adopt
         self._in_flight_free = vllm_profile.async_in_flight_swa_free
+        self.use_eagle = False
+        """EAGLE speculative decoding: a prefix hit drops its last block (its draft KV
+        depends on the token after it); set by the owner before the first lookup."""
         self.empty_kv_cache_blocks = KVCacheBlocks(((),))
         # allocate_slots may skip its staged form unless the group frees blocks early or a
         # watermark applies (it depends on the request's status).
@@ -133,6 +136,7 @@ class KVCacheManager:
             [0],
             self.block_pool,
             manager.kv_cache_spec,
+            self.use_eagle,
         )
         num_new_computed_tokens = len(computed_blocks[0]) * self.block_size
         if self.prefix_cache_stats is not None:

@@ -55,6 +55,7 @@ from sim.release import (
     resolve_profile,
 )
 from sim.results.bench import check_bench_options
+from sim.sched.spec_rules import check_spec_trace, describe_spec, scheduler_fields
 from sim.workload.source import TraceLoader, load_input
 from traces import Trace, TraceError
 
@@ -101,6 +102,7 @@ def build_parser() -> Parser:
     _run_options(p.add_argument_group("workload and run"))
     add_release_options(p.add_argument_group("vLLM release and scheduling policy"), D)
     add_convention_options(p)
+    _spec_options(p.add_argument_group("speculative decoding and async scheduling"))
     return p
 
 
@@ -167,6 +169,19 @@ def _run_options(w: argparse._ArgumentGroup) -> None:
                    help="run the sweep SPEC.toml instead (same as python -m sim.sweep SPEC)")
 
 
+def _spec_options(s: argparse._ArgumentGroup) -> None:
+    s.add_argument("--speculative-config", metavar="JSON", default=D.speculative_config,
+                   help='speculative decoding as vLLM spells it: {"method": "ngram"|"eagle"|'
+                        '"draft_model", "num_speculative_tokens": K[, "model": DRAFT]}')
+    s.add_argument("--acceptance-rate", metavar="A[,A2,...]", default=D.acceptance_rate,
+                   help="chance a draft token is accepted, one for every position or K "
+                        "(default 0.7)")
+    s.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
+                   default=D.async_scheduling,
+                   help="schedule the next step while one runs (default: the vLLM release's "
+                        "rule)")
+
+
 def parse_options(argv: Sequence[str]) -> Options:
     """``Options`` from simulate.py's argv; a bad value exits with one line and status 2."""
     parser = build_parser()
@@ -220,7 +235,8 @@ def _resolve(o: Options) -> RunConfig:
             o.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_context_len),
             o.max_num_seqs, o.max_num_batched_tokens, o.chunked_prefill, o.preemption,
             o.sampling_mode, o.fast, o.debug, profile, o.scheduling_policy,
-            o.long_prefill_token_threshold, o.max_num_active_seqs),
+            o.long_prefill_token_threshold, o.max_num_active_seqs,
+            **scheduler_fields(o)),
         workload=WorkloadConfig(o.trace, o.format, o.rate_scale, o.limit, o.seed, o.n,
                                 o.beam_width, o.beam_keep_prob, workload_spec(o),
                                 o.max_concurrency),
@@ -273,6 +289,7 @@ def describe(config: RunConfig, trace: Trace) -> str:
         lines.insert(2, str(describe_arrivals(workload)))
     if config.model.sliding_window:
         lines.append(f"  sliding window: {config.model.sliding_window} tokens")
+    lines.append(describe_spec(sched))
     return "\n".join(lines)
 
 
@@ -286,6 +303,7 @@ def run_options(options: Options, loader: TraceLoader = traces) -> int:
         trace, sha = load_input(config.workload, loader)
     except (TraceError, OSError) as exc:
         raise InputError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
+    check_spec_trace(config, trace)
     print(describe(config, trace), flush=True)
     return compare(config, options, trace, sha)
 

@@ -106,7 +106,8 @@ def compare(config: RunConfig, options: Options, trace: Trace, trace_sha256: str
             status = 1
     bench = write_results(config, options, trace, trace_sha256, outcomes)
     done = {o.name: o.summary for o in outcomes if o.summary is not None}
-    print(comparison_table(done), flush=True)
+    counters = {o.name: o.counters or {} for o in outcomes if o.summary is not None}
+    print(comparison_table(done, counters), flush=True)
     if options.goodput:
         print(goodput_line(bench), flush=True)
     return status

@@ -16,6 +16,7 @@ from allocator.profiles import DEFAULT_PROFILE, VllmProfile
 from sim.cost.capacity import KVCapacity
 from sim.cost.gpus import GpuSpec
 from sim.cost.models import ModelConfig
+from sim.cost.spec_cost import SpecConfig, parse_acceptance, parse_spec_config
 from sim.release import release_problem, scheduler_problem
 from traces.workload import WorkloadSpec
 
@@ -121,6 +122,9 @@ class Options:
     metric_percentiles: str = "99"
     json: str | None = None
     list: str | None = None
+    async_scheduling: bool | None = None
+    speculative_config: str | None = None
+    acceptance_rate: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vllm_overrides", tuple(self.vllm_overrides or ()))
@@ -144,7 +148,29 @@ class Options:
         if not 0.0 <= self.beam_keep_prob <= 1.0:
             raise OptionError("beam_keep_prob", "--beam-keep-prob must be in [0, 1], got "
                                                 f"{self.beam_keep_prob}")
+        spec_options(self)
 
+
+def spec_options(o: Options) -> tuple[SpecConfig | None, tuple[float, ...]]:
+    """``--speculative-config`` and ``--acceptance-rate`` parsed (OptionError if bad): the
+    setup, or None, and the per-position acceptance probabilities (default 0.7 each)."""
+    if o.speculative_config is None:
+        if o.acceptance_rate is not None:
+            raise OptionError("acceptance_rate", "--acceptance-rate needs --speculative-config")
+        return None, ()
+    try:
+        spec = parse_spec_config(o.speculative_config)
+    except ValueError as exc:
+        raise OptionError("speculative_config", f"--speculative-config {exc}") from None
+    try:
+        rates = parse_acceptance(o.acceptance_rate or str(DEFAULT_ACCEPTANCE), spec.k)
+    except ValueError as exc:
+        raise OptionError("acceptance_rate", f"--acceptance-rate {exc}") from None
+    return spec, rates
+
+
+DEFAULT_ACCEPTANCE = 0.7
+"""Default chance that a draft token is accepted, for every position."""
 
 OPTION_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Options)}
 """Each option's type as written above ("int | None", "bool", ...), for converting values."""
@@ -219,6 +245,12 @@ class SchedulerConfig:
         long_prefill_token_threshold: most tokens of one prefill chunk (0: no limit).
         max_num_active_seqs: most sequences admitted into the running set (None:
             ``max_num_seqs``; vLLM 0.31+).
+        spec: speculative decoding (``--speculative-config``), or None.
+        acceptance: per draft position, the chance it is accepted given the ones before.
+        num_lookahead_tokens: draft slots reserved in ``allocate_slots`` (the release's rule).
+        use_eagle: prefix hits drop their last block (EAGLE).
+        async_scheduling: the next step is scheduled while one runs (``sched/async_sched.py``).
+        async_skip_undelivered: preempted requests with an undelivered output wait for it.
     """
 
     max_model_len: int = 4096
@@ -233,6 +265,12 @@ class SchedulerConfig:
     scheduling_policy: str = "fcfs"
     long_prefill_token_threshold: int = 0
     max_num_active_seqs: int | None = None
+    spec: SpecConfig | None = None
+    acceptance: tuple[float, ...] = ()
+    num_lookahead_tokens: int = 0
+    use_eagle: bool = False
+    async_scheduling: bool = False
+    async_skip_undelivered: bool = False
 
     def __post_init__(self) -> None:
         problem = scheduler_problem(self.vllm_profile, self.scheduling_policy,

@@ -31,6 +31,7 @@ from allocator.paged import PagedKVCacheManager
 from allocator.registry import make_manager
 from sim.client import Client, limited_arrivals
 from sim.config import RunConfig
+from sim.cost.spec_cost import DraftTime, make_draft_time
 from sim.cost.step_base import StepModel, StepTime
 from sim.cost.step_model import make_step_model
 from sim.cost.swap_cost import make_swap_cost
@@ -52,10 +53,12 @@ CONTIGUOUS = ("paged-nocache", "max", "pow2", "oracle", "ft")
 
 
 class Costs(NamedTuple):
-    """What a step costs: the step-time model and the PCIe swap time of k blocks."""
+    """What a step costs: the step-time model, the PCIe swap time of k blocks and the
+    speculative drafter's time (``sim/cost/spec_cost.py``; None without drafts)."""
 
     step_model: StepModel
     swap_time: Callable[[int], float]
+    draft_time: DraftTime | None = None
 
 
 def build_costs(config: RunConfig) -> Costs:
@@ -64,7 +67,9 @@ def build_costs(config: RunConfig) -> Costs:
     dtype = config.cache.kv_cache_dtype
     step_model = make_step_model(config.cost.step_model, model, gpu, tp, kv_cache_dtype=dtype)
     swap = make_swap_cost(model, gpu, config.cache.block_size, tp=tp, kv_cache_dtype=dtype)
-    return Costs(step_model, swap.time_s)
+    spec = config.scheduler.spec
+    draft = make_draft_time(spec, model, gpu, tp, dtype) if spec is not None else None
+    return Costs(step_model, swap.time_s, draft)
 
 
 @dataclass(slots=True)
@@ -107,12 +112,15 @@ def engine(env: simpy.Environment, sched: Scheduler, costs: Costs, state: Engine
     With the fast path the quiet steps before the next arrival run in one go, under one
     timeout, when no hook watches individual steps.
     """
-    model, swap_time = costs
+    model, swap_time, draft_time = costs
     stalled: tuple[int, ...] | None = None
     coast = state.coast and not (state.on_plan or state.on_step
                                  or model.decode_context_cap is not None)
+    overlap = sched.extras is not None and sched.extras.overlap
+    pending: StepPlan | None = None
     while True:
-        plan = sched.schedule(env.now)
+        plan = pending if pending is not None else sched.schedule(env.now)
+        pending = None
         if plan is None:
             marker = sched.marker()
             if marker != stalled and sched.has_work():
@@ -127,18 +135,35 @@ def engine(env: simpy.Environment, sched: Scheduler, costs: Costs, state: Engine
             continue
         stalled = None
         st = predict(model, plan)
+        if draft_time is not None:
+            st = st._replace(overhead_s=st.overhead_s + drafting(draft_time, plan))
         swap_s = (swap_time(plan.swap_out_blocks) + swap_time(plan.swap_in_blocks)
                   if plan.swap_out_blocks or plan.swap_in_blocks else 0.0)
         duration = st.attention_s + st.linear_s + st.overhead_s + swap_s
         start = env.now
         for hook in state.on_plan:
             hook(plan, st, start)
+        if overlap:  # async: the next step is scheduled while this one runs
+            pending = sched.schedule(start)
+            if pending is not None:
+                pending.overlapped = True
         yield env.timeout(duration)
         sched.complete(plan, st, start, duration, swap_s)
         for hook in state.on_step:
             hook(plan, st, start)
         if coast and sched.coaster is not None:
             yield from _coast(env, sched.coaster, state.next_arrival, model)
+
+
+def drafting(draft_time: DraftTime, plan: StepPlan) -> float:
+    """The drafter's time in a step: it drafts for every sequence the step samples."""
+    outcome = plan.outcome or {}
+    num, context = 0, 0
+    for seq, n, c in zip(plan.seqs, plan.tokens, plan.contexts):
+        if outcome.get(seq, -1) >= 0:
+            num += 1
+            context += c + n
+    return draft_time(num, context)
 
 
 def _coast(env: simpy.Environment, coaster: Coaster, horizon: float,
@@ -183,6 +208,8 @@ def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
     wall = time.perf_counter()
     caching = config.cache.prefix_caching and name not in CONTIGUOUS
     manager = _make_manager(name, config, caching)
+    if config.scheduler.use_eagle and hasattr(manager, "use_eagle"):
+        manager.use_eagle = True
     cache = config.cache
     profile = config.scheduler.vllm_profile
     workload = Workload(trace, config, make_hasher(cache.block_size, cache.block_hash, profile)
@@ -272,4 +299,6 @@ def _finish(name: str, sched: Scheduler, caching: bool, block_size: int,
         "num_coasted_steps": coaster.num_coasted if coaster is not None else 0,
         "num_coasted_finishing_steps": coaster.num_coasted_finishing if coaster else 0,
     }
+    if sched.extras is not None:
+        counters.update(sched.extras.summary(len(log.steps)))
     return RunResult(name, log, summary, counters, sched.steady is not None)

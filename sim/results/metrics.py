@@ -26,6 +26,7 @@ STEP_COLUMNS = (
     "prefill_tokens", "decode_tokens", "token_states", "reserved", "internal_frag",
     "cached_evictable", "external_frag", "free", "logical_slots", "prefix_queries",
     "prefix_hits", "num_preemptions", "num_cow_copies", "swap_out_blocks", "swap_in_blocks",
+    "overlapped",
 )
 FLOAT_STEP_COLUMNS = ("time_s", "duration_s", "attention_s", "linear_s", "overhead_s", "swap_s")
 
@@ -58,7 +59,7 @@ def step_row(step: int, time_s: float, duration_s: float, attention_s: float, li
              overhead_s: float, swap_s: float, num_running_seqs: int, num_running_reqs: int,
              num_waiting: int, num_swapped: int, num_scheduled_seqs: int, prefill_tokens: int,
              decode_tokens: int, memory: tuple[int, ...],
-             events: tuple[int, ...]) -> tuple[Any, ...]:
+             events: tuple[int, ...], overlapped: int = 0) -> tuple[Any, ...]:
     """One steps.parquet row, in STEP_COLUMNS order.
 
     Args:
@@ -66,10 +67,11 @@ def step_row(step: int, time_s: float, duration_s: float, attention_s: float, li
             external_frag, free, logical_slots).
         events: (prefix_queries, prefix_hits, num_preemptions, num_cow_copies,
             swap_out_blocks, swap_in_blocks); ``QUIET`` when nothing happened.
+        overlapped: 1 if the step was scheduled while the one before it ran (async).
     """
     return (step, time_s, duration_s, attention_s, linear_s, overhead_s, swap_s,
             num_running_seqs, num_running_reqs, num_waiting, num_swapped, num_scheduled_seqs,
-            prefill_tokens, decode_tokens, *memory, *events)
+            prefill_tokens, decode_tokens, *memory, *events, overlapped)
 
 
 class RunLog:

@@ -25,6 +25,14 @@ ROWS = (
     ("wall time (s)", ("wall_s", "{:.1f}", 1)),
 )
 
+EXTRA_ROWS = (
+    ("mean acceptance length", ("mean_acceptance_length", "{:.2f}", 1)),
+    ("draft blocks held (mean)", ("mean_draft_blocks_held", "{:.1f}", 1)),
+    ("tokens per step", ("tokens_per_step", "{:.1f}", 1)),
+    ("overlapped steps", ("num_overlapped_steps", "{:d}", None)),
+)
+"""Rows shown when the counters carry them (speculative decoding, async scheduling)."""
+
 
 def _fmt(value: Any, fmt: str, scale: float | None) -> str:
     if value is None:
@@ -48,15 +56,20 @@ def _cell(label: str, spec: Any, s: dict[str, Any]) -> str:
     return _pair(s, "e2el_mean_s", "e2el_p99_s", "{:.0f}", 1000.0)
 
 
-def comparison_table(summaries: dict[str, dict[str, Any]]) -> str:
+def comparison_table(summaries: dict[str, dict[str, Any]],
+                     counters: dict[str, dict[str, Any]] | None = None) -> str:
     """Metrics as rows, allocators (``summaries`` maps each to its summary) as columns,
-    aligned for a terminal."""
+    aligned for a terminal; ``counters`` add the rows of ``EXTRA_ROWS`` they hold."""
     if not summaries:
         return "no allocator completed"
     header = ["metric", *summaries]
     rows = [header]
     for label, spec in ROWS:
         rows.append([label] + [_cell(label, spec, s) for s in summaries.values()])
+    for label, spec in EXTRA_ROWS:
+        held = [(counters or {}).get(name, {}) for name in summaries]
+        if any(spec[0] in c for c in held):
+            rows.append([label] + [_fmt(c.get(spec[0]), *spec[1:]) for c in held])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = []
     for k, row in enumerate(rows):

@@ -22,6 +22,8 @@ class StepPlan:
         "num_copies",
         "num_preemptions",
         "num_steady",
+        "outcome",
+        "overlapped",
         "preempted",
         "prefix_hits",
         "prefix_queries",
@@ -49,6 +51,10 @@ class StepPlan:
         self.prefix_hits = 0
         self.num_copies = 0
         self.events: dict[str, list[Any]] | None = None
+        self.outcome: dict[Seq, int] | None = None
+        """Spec decoding or async: each sequence's drafts if the step samples it, else -1."""
+        self.overlapped = False
+        """Scheduled while the step before it ran (async scheduling)."""
         self._split: tuple[int, int, list[tuple[int, int]], int] | None = None
 
     def add(self, seq: Seq, num_tokens: int, context: int) -> None:

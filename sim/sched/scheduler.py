@@ -23,6 +23,7 @@ from sim.config import RunConfig
 from sim.cost.step_base import StepModel, StepTime
 from sim.results.metrics import RunLog, step_row
 from sim.sched.admission import Admission
+from sim.sched.async_sched import make_extras
 from sim.sched.coast import Coaster
 from sim.sched.plan import StepPlan
 from sim.sched.policy import pick_victim, prefill_cap
@@ -59,6 +60,8 @@ def fast_path_refusal(manager: KVManager, config: RunConfig, workload: Workload)
         (not (contiguous or isinstance(manager, PagedKVCacheManager)), "an unknown manager"),
         (sched.preemption != "recompute", "swap preemption"),
         (sched.scheduling_policy != "fcfs", "priority scheduling"),
+        (sched.spec is not None, "speculative decoding (every decode's token count varies)"),
+        (sched.async_scheduling, "async scheduling (steps are scheduled one ahead)"),
         (not all(width == 1 and (n == 1 or apart)
                  for n, width in zip(workload.n, workload.beam_width)), "forked sequences"),
     )
@@ -108,6 +111,8 @@ class Scheduler:
             state.eager_append = False
             self.skips_calls = self.steady.tally.skips_calls
         state.on_finish = state.on_reject = log.add_group
+        self.extras = make_extras(state, workload, fanout, config.cache.block_size)
+        self.lookahead = self.extras.lookahead if self.extras is not None else 0
 
     @property
     def step_index(self) -> int:
@@ -143,7 +148,11 @@ class Scheduler:
             if not state.swapped:
                 self.admission.admit(plan)
         self._take_copies(plan)
-        return None if plan.empty else plan
+        if plan.empty:
+            return None
+        if self.extras is not None:
+            self.extras.launch(plan)
+        return plan
 
     def _run_seqs(self, plan: StepPlan, seqs: list[Seq]) -> int | None:
         """Schedule ``seqs`` (running order) while budget lasts; the key that stopped it, if
@@ -166,7 +175,11 @@ class Scheduler:
         cap = self.state.prefill_cap
         if cap < budget:  # noqa: PLR1730 - a comparison, not min(): runs for every sequence
             budget = cap
-        n = num_new_tokens(seq.num_tokens, c, budget, self.max_model_len)
+        extras = self.extras
+        if extras is not None and extras.done_in_flight(seq):
+            return True
+        n = num_new_tokens(seq.num_tokens + (extras.extra(seq, c) if extras else 0), c,
+                           budget, self.max_model_len)
         if n <= 0:
             return True
         if (n != 1 or not self.skips_calls or c >= seq.call_at) \
@@ -183,7 +196,8 @@ class Scheduler:
         """
         state = self.state
         seq.flush()
-        while self.manager.allocate_slots(seq.req, n) is None:
+        lookahead = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
+        while self.manager.allocate_slots(seq.req, n, **lookahead) is None:
             victim = pick_victim(state.running, self.policy)
             self.preemption.preempt(victim, plan)
             if seq.status != RUNNING:
@@ -205,12 +219,17 @@ class Scheduler:
             swap_s, len(state.running), state.num_running_groups, state.num_waiting(),
             len(state.swapped), num_decode + len(prefills), total - num_decode, num_decode,
             self.snapshot(), (plan.prefix_queries, plan.prefix_hits, plan.num_preemptions,
-                              plan.num_copies, plan.swap_out_blocks, plan.swap_in_blocks)))
+                              plan.num_copies, plan.swap_out_blocks, plan.swap_in_blocks),
+            int(plan.overlapped)))
 
     def apply(self, plan: StepPlan, now: float, start: float) -> None:
         """Advance every scheduled sequence by its tokens; sample, finish and fork."""
         state = self.state
         state.now = now
+        if self.extras is not None:
+            self.extras.apply(plan, start, self._sample)
+            state.step_index += 1
+            return
         if self.steady is not None:
             self.steady.before_apply(plan)
         touched: list[Group] = []

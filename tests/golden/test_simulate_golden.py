@@ -20,16 +20,32 @@ from sim.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 GOLDEN = Path(__file__).resolve().parent
-V014 = ["--vllm-version", "0.14"]
-CASES: dict[str, list[str]] = {
-    "tiny_azure": [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "400", *V014],
+SYNC = ["--no-async-scheduling"]
+V014 = ["--vllm-version", "0.14", *SYNC]
+BASE: dict[str, list[str]] = {
+    "tiny_azure": [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "400"],
     "tiny_mooncake_n2": [str(DATA / "tiny_mooncake.jsonl"), "--num-gpu-blocks", "300",
-                         "--n", "2", "--allocators", "paged,paged-nocache,pow2", *V014],
+                         "--n", "2", "--allocators", "paged,paged-nocache,pow2"],
     "default_swap": ["--limit", "40", "--num-gpu-blocks", "120", "--preemption", "swap",
-                     "--allocators", "paged,oracle", "--placement", "first-fit", *V014],
+                     "--allocators", "paged,oracle", "--placement", "first-fit"],
 }
-# The same scenarios under the default release (0.33: LIFO free order, admission gate, ...).
-CASES.update({f"{name}_v033": args[:-len(V014)] for name, args in CASES.items()})
+# The first wave's scenarios under 0.14 (bytes kept), the same under 0.33 without async
+# scheduling (LIFO free order, admission gate, ...), and runs at the full 0.33 defaults.
+CASES: dict[str, list[str]] = {name: [*args, *V014] for name, args in BASE.items()}
+CASES.update({f"{name}_v033": [*args, *SYNC] for name, args in BASE.items()})
+CASES["tiny_azure_default"] = BASE["tiny_azure"]
+CASES["tiny_azure_async_eagle"] = [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "160",
+                                   "--allocators", "paged", "--speculative-config",
+                                   '{"method": "eagle", "num_speculative_tokens": 3}']
+SHORTCUT_CASES = {
+    "sync": SYNC,
+    "async": ["--async-scheduling"],
+    "ngram": [*SYNC, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'],
+    "eagle_async": ["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}',
+                    "--acceptance-rate", "0.9,0.5"],
+}
+"""Fast path vs --no-fast: the sync run takes the fast path; async and spec decoding fall
+back to the reference loop in both (``uses_fast_path``), with the same files."""
 
 
 def _simulate(out: Path, args: list[str]) -> dict[str, Any]:
@@ -111,14 +127,18 @@ def test_same_inputs_give_byte_identical_outputs(tmp_path: Path) -> None:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
-def test_shortcut_gives_byte_identical_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", sorted(SHORTCUT_CASES))
+def test_shortcut_gives_byte_identical_files(case: str, tmp_path: Path) -> None:
     """The fast path and --no-fast write the same requests, steps and summaries."""
     args = [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "160", "--allocators",
-            "paged,paged-nocache"]
+            "paged,paged-nocache", *SHORTCUT_CASES[case]]
     fast = _strip(_simulate(tmp_path / "fast", args))
     ref = _strip(_simulate(tmp_path / "ref", [*args, "--no-fast"]))
-    assert fast["counters"]["paged"]["fast_path"] and not ref["counters"]["paged"]["fast_path"]
+    assert fast["counters"]["paged"]["fast_path"] == (case == "sync")
+    assert not ref["counters"]["paged"]["fast_path"]
     assert fast["allocators"] == ref["allocators"]
+    if case != "sync":
+        assert fast["counters"] == ref["counters"]
     for name in ("requests.parquet", "steps.parquet"):
         assert (tmp_path / "fast" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
 
