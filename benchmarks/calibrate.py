@@ -31,6 +31,7 @@ from kernels.execute.step import ExecOptions, execute_record
 from kernels.execute.timing import TimingOptions
 from kernels.validate.log import SeqRecord, StepRecord
 from sim.cost.models import get_model
+from sim.results.alloc_log import architecture
 
 FORMAT, FORMAT_VERSION = "pagedsim-step-calibration", 1
 # (decodes, decode context, prefill new tokens, cached prefix): one point each.
@@ -60,20 +61,16 @@ POINT_FIELDS = {
     "prefill_new / prefill_prefix": "the chunk's new tokens and the tokens cached before it",
     **{k: v for k, v in STEP_FIELDS.items() if k not in ("class", "logged_attention_s")},
 }
-TORCH_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def preset_architecture(name: str) -> Architecture:
-    """A dense sim preset as an Architecture. rope_theta and rms_norm_eps, which the presets
-    lack, are set to 10000 and 1e-5: they do not change the work of a step."""
+    """A sim preset (dense or MoE) as an Architecture: the fields of the allocation log's
+    header (sim/results/alloc_log.py), read the way kernels.execute reads a log."""
     m = get_model(name)
-    dtype = TORCH_NAMES[m.dtype]
-    return Architecture(
-        name=m.name, num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_heads,
-        num_kv_heads=m.num_kv_heads, head_dim=m.head_dim, intermediate_size=m.intermediate_size,
-        vocab_size=m.vocab_size, dtype=dtype, kv_cache_dtype=dtype,
-        sliding_window=m.sliding_window, rope_theta=10000.0 if m.gated_mlp else None,
-        rms_norm_eps=1e-5, gated_mlp=m.gated_mlp, qkv_bias=m.name.startswith("Qwen2"))
+    fields = {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
+              "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "dtype": m.dtype,
+              "kv_cache_dtype": "auto", "sliding_window": m.sliding_window, **architecture(m)}
+    return Architecture.from_header(fields, f"preset {name}")
 
 
 def _blocks(tokens: int, block_size: int) -> int:
