@@ -69,11 +69,9 @@ class RooflineStepModel(StepModel):
         self._att_mem_token = (kv + 2 * layers * hq * d * w) / bandwidth
         self._att_flop_pair = 4 * layers * hq * d / peak
 
-    def predict_split(self, num_decode: int, sum_decode_context: int,
-                      prefills: Sequence[tuple[int, int]]) -> StepTime:
-        num_seqs = num_decode + len(prefills)
-        if num_seqs == 0:
-            return ZERO_STEP
+    def batch_sums(self, num_decode: int, sum_decode_context: int,
+                   prefills: Sequence[tuple[int, int]]) -> tuple[int, int, int]:
+        """(new tokens, keys read, causal query-key pairs) of a step."""
         tokens = num_decode
         keys = pairs = sum_decode_context + num_decode
         window, cap = self.window, self.decode_context_cap
@@ -81,19 +79,31 @@ class RooflineStepModel(StepModel):
             tokens += new
             keys += new + (context if cap is None or context < cap else cap)
             pairs += causal_pairs(new, context, window)
-        # Each part is bound by memory or by compute, whichever is slower (comparisons rather
-        # than max(): this runs once per simulated step).
-        linear = self._lin_mem_const + self._lin_mem_token * tokens
+        return tokens, keys, pairs
+
+    def linear_terms(self, tokens: int, num_seqs: int) -> tuple[float, float]:
+        """(memory seconds, compute seconds) of the linear layers for `tokens` rows."""
+        memory = self._lin_mem_const + self._lin_mem_token * tokens
         if self._exp_mem:
-            linear += self._exp_mem * (1.0 - self._exp_miss ** tokens)
-        linear_flops = self._lin_flop_token * tokens + self._lin_flop_seq * num_seqs
-        if linear_flops > linear:  # noqa: PLR1730
-            linear = linear_flops
-        attention = self._att_mem_key * keys + self._att_mem_token * tokens
-        attention_flops = self._att_flop_pair * pairs
-        if attention_flops > attention:  # noqa: PLR1730
-            attention = attention_flops
-        return StepTime(attention, linear, self.overhead_s + self.per_seq_overhead_s * num_seqs)
+            memory += self._exp_mem * (1.0 - self._exp_miss ** tokens)
+        return memory, self._lin_flop_token * tokens + self._lin_flop_seq * num_seqs
+
+    def attention_terms(self, tokens: int, keys: int, pairs: int) -> tuple[float, float]:
+        """(memory seconds, compute seconds) of attention: K/V read and written, q and o."""
+        return (self._att_mem_key * keys + self._att_mem_token * tokens,
+                self._att_flop_pair * pairs)
+
+    def predict_split(self, num_decode: int, sum_decode_context: int,
+                      prefills: Sequence[tuple[int, int]]) -> StepTime:
+        num_seqs = num_decode + len(prefills)
+        if num_seqs == 0:
+            return ZERO_STEP
+        tokens, keys, pairs = self.batch_sums(num_decode, sum_decode_context, prefills)
+        # Each part is bound by memory or by compute, whichever is slower.
+        linear, linear_flops = self.linear_terms(tokens, num_seqs)
+        attention, attention_flops = self.attention_terms(tokens, keys, pairs)
+        return StepTime(max(attention, attention_flops), max(linear, linear_flops),
+                        self.overhead_s + self.per_seq_overhead_s * num_seqs)
 
 
 def _mlp(model: ModelConfig, tp: int) -> tuple[float, float, float]:

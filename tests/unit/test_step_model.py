@@ -103,7 +103,7 @@ def test_roofline_options_in_spec() -> None:
     assert step.overhead_s == pytest.approx(3e-3)
     with pytest.raises(ValueError, match="unknown roofline option 'speed=2'"):
         make_step_model("roofline:speed=2", model, gpu)
-    with pytest.raises(ValueError, match="expected roofline"):
+    with pytest.raises(ValueError, match="expected auto, roofline"):
         make_step_model("magic", model, gpu)
     with pytest.raises(ValueError, match="poly needs a file"):
         make_step_model("poly:", model, gpu)
