@@ -80,7 +80,8 @@ def build_parser() -> Parser:
                    help="override PCIe GB/s")
     g.add_argument("--tp", type=int, default=D.tp, help="tensor-parallel degree")
     g.add_argument("--step-model", default=D.step_model,
-                   help="roofline[:k=v,...], poly:FILE or table:FILE")
+                   help="auto (fit where a shipped calibration matches, else roofline), "
+                   "roofline[:k=v,...], fit[:FILE], calibrated, poly:FILE or table:FILE")
     _cache_options(p.add_argument_group("KV cache and scheduler"))
     _run_options(p.add_argument_group("workload and run"))
     return p
@@ -222,6 +223,7 @@ def describe(config: RunConfig, trace: Trace) -> str:
         (f"  model: {config.model.name} ({config.model.dtype}, kv cache "
          f"{cache.kv_cache_dtype}), gpu: {config.gpu.tp} x {config.gpu.spec.name}, "
          f"step model: {config.cost.step_model}"),
+        f"  step model used: {build_costs(config).step_model.description}",
         f"  {config.capacity.describe()}" if config.capacity is not None else
         f"  KV cache: {cache.num_gpu_blocks} GPU blocks x {cache.block_size} tokens",
         (f"  scheduler: max_model_len {sched.max_model_len}, max_num_seqs {sched.max_num_seqs}, "

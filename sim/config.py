@@ -60,7 +60,7 @@ class Options:
     gpu_tflops: float | None = None
     gpu_pcie_gbps: float | None = None
     tp: int = 1
-    step_model: str = "roofline"
+    step_model: str = "auto"
     block_size: int = 16
     num_gpu_blocks: int | None = None
     gpu_memory_utilization: float = 0.9
@@ -123,7 +123,7 @@ class GpuConfig:
 class CostConfig:
     """How a step is priced: the step-time model spec (``--step-model``)."""
 
-    step_model: str = "roofline"
+    step_model: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
