@@ -14,6 +14,7 @@ from sim.cost.capacity import KV_CACHE_DTYPES
 from sim.cost.gpus import GpuSpec
 from sim.cost.models import ModelConfig
 from sim.cost.step_base import StepModel, StepTime, causal_pairs
+from sim.cost.step_extras import ExtendedStepModel, Extras
 from sim.cost.step_poly import PolyStepModel
 from sim.cost.step_roofline import RooflineStepModel
 from sim.cost.step_specs import make_auto, make_calibrated, make_fit
@@ -51,8 +52,11 @@ def _roofline_options(spec: str, text: str) -> dict[str, float]:
 
 
 def make_step_model(spec: str, model: ModelConfig, gpu: GpuSpec, tp: int = 1, *,
-                    kv_cache_dtype: str = "auto") -> StepModel:
+                    kv_cache_dtype: str = "auto", extras: Extras | None = None) -> StepModel:
     """Build the step-time model named by `spec` for `model` on `tp` x `gpu`.
+
+    Roofline and fitted models get the terms the GPU steps leave out (`extras`, default all on:
+    sim/cost/step_extras.py).
 
     Raises:
         ValueError: unknown spec, bad option, unreadable or invalid file, or a poly/table file
@@ -65,7 +69,9 @@ def make_step_model(spec: str, model: ModelConfig, gpu: GpuSpec, tp: int = 1, *,
     step = _build(spec, kind, arg.strip(), model, gpu, tp, kv_cache_dtype)
     if not step.description:
         step.description = spec.strip()
-    return step
+    if kind in ("poly", "table"):  # measured files carry their own overhead terms
+        return step
+    return ExtendedStepModel(step, model, gpu, tp, extras or Extras())
 
 
 def _build(spec: str, kind: str, arg: str, model: ModelConfig, gpu: GpuSpec, tp: int,

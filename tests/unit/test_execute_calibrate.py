@@ -100,8 +100,8 @@ def test_a_failing_point_keeps_the_measured_ones(cal: ModuleType, tmp_path: Path
     art = json.loads(out.read_text())
     grid = cal.GRIDS["tiny"]
     assert art["complete"] is False and art["error"] is None
-    assert art["skipped"] == [f"point {grid[2]}: CUDA error: operation not permitted when "
-                              "stream is capturing"]
+    message = "CUDA error: operation not permitted when stream is capturing"
+    assert art["skipped"] == [f"point {grid[2]}: {message}"]
     assert [p["step"] for p in art["points"]] == [i for i in range(len(grid)) if i != 2]
 
     def broken(engine: object, rec: StepRecord, opts: object) -> dict[str, object]:

@@ -14,6 +14,7 @@ from sim.cost.calibration import read_calibration
 from sim.cost.fit_terms import KINDS, features, fit_nonnegative, padded_tokens
 from sim.cost.gpus import get_gpu
 from sim.cost.models import get_model
+from sim.cost.step_extras import ExtendedStepModel
 from sim.cost.step_fit import fit_coefficients, point_batch, samples
 from sim.cost.step_model import make_step_model
 from sim.cost.step_roofline import RooflineStepModel
@@ -105,9 +106,9 @@ def test_fit_refuses_another_model_and_names_the_file(tmp_path: Path) -> None:
 def test_auto_without_a_shipped_calibration_is_the_roofline() -> None:
     """auto on a GPU with no artefact is the plain roofline, and says so."""
     step = make_step_model("auto", get_model("OPT-13B"), get_gpu("A100-80GB"))
-    assert isinstance(step, RooflineStepModel)
+    assert isinstance(step, ExtendedStepModel) and isinstance(step.base, RooflineStepModel)
     assert "uncalibrated" in step.description and "OPT-13B" in step.description
-    assert make_step_model("roofline", MODEL, GPU).description == "roofline"
+    assert make_step_model("roofline", MODEL, GPU).description.startswith("roofline; CPU 2 ms")
 
 
 def test_padding_follows_capture_sizes() -> None:
