@@ -82,9 +82,19 @@ def build_parser() -> Parser:
     g.add_argument("--step-model", default=D.step_model,
                    help="auto (fit where a shipped calibration matches, else roofline), "
                    "roofline[:k=v,...], fit[:FILE], calibrated, poly:FILE or table:FILE")
+    _timing_options(p.add_argument_group("step-time terms outside the GPU steps"))
     _cache_options(p.add_argument_group("KV cache and scheduler"))
     _run_options(p.add_argument_group("workload and run"))
     return p
+
+
+def _timing_options(t: argparse._ArgumentGroup) -> None:
+    t.add_argument("--no-tp-comm", dest="tp_comm", action="store_false", default=D.tp_comm,
+                   help="leave out tensor-parallel all-reduces (two per layer)")
+    t.add_argument("--cpu-overhead-ms", type=float, default=D.cpu_overhead_ms,
+                   help="CPU side of a step, ms (default: the step model's, 2 ms)")
+    t.add_argument("--cpu-per-seq-us", type=float, default=D.cpu_per_seq_us,
+                   help="CPU side per scheduled sequence, us (default: the step model's, 10)")
 
 
 def _cache_options(c: argparse._ArgumentGroup) -> None:
@@ -195,7 +205,8 @@ def _resolve(o: Options) -> RunConfig:
         workload=WorkloadConfig(o.trace, o.format, o.rate_scale, o.limit, o.seed, o.n,
                                 o.beam_width, o.beam_keep_prob),
         output=OutputConfig(out_dir(o), o.record_allocation_log or o.validate, o.progress),
-        cost=CostConfig(o.step_model), allocators=check_allocators(o.allocators),
+        cost=CostConfig(o.step_model, o.tp_comm, o.cpu_overhead_ms, o.cpu_per_seq_us),
+        allocators=check_allocators(o.allocators),
         jobs=o.jobs or os.cpu_count() or 1, capacity=capacity)
     build_costs(config)  # the step-time model's spec and files are checked here, once
     return config

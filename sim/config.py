@@ -88,6 +88,9 @@ class Options:
     report: bool = False
     validate: bool = False
     sweep: str | None = None
+    tp_comm: bool = True
+    cpu_overhead_ms: float | None = None
+    cpu_per_seq_us: float | None = None
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -121,9 +124,14 @@ class GpuConfig:
 
 @dataclass(frozen=True, slots=True)
 class CostConfig:
-    """How a step is priced: the step-time model spec (``--step-model``)."""
+    """How a step is priced: the step-time model spec (``--step-model``) and the terms the GPU
+    steps leave out (``--no-tp-comm``, ``--cpu-overhead-ms``, ``--cpu-per-seq-us``;
+    sim/cost/step_extras.py)."""
 
     step_model: str = "auto"
+    tp_comm: bool = True
+    cpu_overhead_ms: float | None = None
+    cpu_per_seq_us: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

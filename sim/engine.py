@@ -30,6 +30,7 @@ from allocator.paged import PagedKVCacheManager
 from allocator.registry import make_manager
 from sim.config import RunConfig
 from sim.cost.step_base import StepModel, StepTime
+from sim.cost.step_extras import extras_of
 from sim.cost.step_model import make_step_model
 from sim.cost.swap_cost import make_swap_cost
 from sim.results.metrics import RunLog, summarize
@@ -59,7 +60,8 @@ def build_costs(config: RunConfig) -> Costs:
     """The cost models of a configuration (built in every process that replays it)."""
     model, gpu, tp = config.model, config.gpu.spec, config.gpu.tp
     dtype = config.cache.kv_cache_dtype
-    step_model = make_step_model(config.cost.step_model, model, gpu, tp, kv_cache_dtype=dtype)
+    step_model = make_step_model(config.cost.step_model, model, gpu, tp, kv_cache_dtype=dtype,
+                                 extras=extras_of(config))
     swap = make_swap_cost(model, gpu, config.cache.block_size, tp=tp, kv_cache_dtype=dtype)
     return Costs(step_model, swap.time_s)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sim.cost.gpus import GpuSpec
 from sim.cost.model_config import ModelConfig
@@ -48,6 +49,16 @@ class Extras:
     @property
     def overlap(self) -> bool:
         return True if self.overlapped is None else self.overlapped
+
+
+def extras_of(config: Any) -> Extras:
+    """The terms a run's configuration asks for: its CostConfig fields, and the scheduler's
+    `async_scheduling` where the configuration has one (None: the release default)."""
+    cost = config.cost
+    ms, us = cost.cpu_overhead_ms, cost.cpu_per_seq_us
+    return Extras(tp_comm=cost.tp_comm, cpu_overhead_s=None if ms is None else ms * 1e-3,
+                  cpu_per_seq_s=None if us is None else us * 1e-6,
+                  overlapped=getattr(config.scheduler, "async_scheduling", None))
 
 
 def link(gpu: GpuSpec) -> tuple[str, float, float]:
@@ -82,6 +93,8 @@ class ExtendedStepModel(StepModel):
         self.cpu_s = _given(extras.cpu_overhead_s, base, "overhead_s", DEFAULT_STEP_OVERHEAD_S)
         self.cpu_seq_s = _given(extras.cpu_per_seq_s, base, "per_seq_overhead_s",
                                 DEFAULT_PER_SEQ_OVERHEAD_S)
+        if self.cpu_s < 0 or self.cpu_seq_s < 0:
+            raise ValueError("--cpu-overhead-ms and --cpu-per-seq-us must be >= 0")
         name, gbps, latency = link(gpu)
         mode = "overlapped: async scheduling" if extras.overlap else "serial"
         cpu = f"CPU {self.cpu_s * 1e3:g} ms + {self.cpu_seq_s * 1e6:g} us/seq"

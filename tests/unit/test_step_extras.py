@@ -1,8 +1,11 @@
 """Terms the GPU steps leave out: tensor-parallel all-reduces and the CPU side of a step."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from sim.cli import main
 from sim.cost.gpus import get_gpu, make_gpu
 from sim.cost.models import get_model
 from sim.cost.step_extras import Extras, allreduce_s, cpu_visible_s, link
@@ -46,3 +49,16 @@ def test_step_model_adds_allreduce_and_switches_off() -> None:
                                               - on.linear_s))
     desc = make_step_model("roofline", MODEL, gpu, 4).description
     assert "all-reduces per layer over NVLink 4" in desc and "prediction" in desc
+
+
+def test_cli_flags_reach_the_step_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                        ) -> None:
+    """--cpu-overhead-ms and --no-tp-comm are used, and the run prints its step model."""
+    args = ["--limit", "2", "--allocators", "paged", "--num-gpu-blocks", "100", "--no-progress",
+            "--model", "Llama-3-70B", "--gpu", "h200", "--tp", "4", "--out", str(tmp_path)]
+    assert main([*args, "--cpu-overhead-ms", "1.5", "--no-tp-comm"]) == 0
+    out = capsys.readouterr().out
+    assert "step model used: roofline (datasheet peaks, uncalibrated" in out
+    assert "CPU 1.5 ms" in out and "all-reduces" not in out
+    assert main([*args, "--cpu-overhead-ms", "-1"]) == 2
+    assert "--cpu-overhead-ms" in capsys.readouterr().err
