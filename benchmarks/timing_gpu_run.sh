@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/timing_gpu_run.sh OUT_DIR [MODEL...]
 #
-# Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), TESTS_S (60).
+# Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), TESTS_S (60), EXEC_LOGS
+# (allocation logs to execute, sampled: EXEC_STEPS steps, EXEC_S seconds each).
 set -o pipefail
 out=${1:?usage: timing_gpu_run.sh OUT_DIR [MODEL...]}
 shift
@@ -27,6 +28,13 @@ for m in "${models[@]}"; do
     echo "== $m ($(($(date +%s) - start)) s)" >> "$out/log.txt"
     timeout $((budget + 40)) python benchmarks/calibrate.py --model "$m" --grid "${GRID:-fit}" \
         --time-budget "$budget" --out "$out/h200_$name.json" >> "$out/log.txt" 2>&1
+    echo "[exit $?]" >> "$out/log.txt"
+done
+for log in ${EXEC_LOGS:-}; do
+    name=$(basename "$(dirname "$log")")
+    echo "== execute $log ($(($(date +%s) - start)) s)" >> "$out/log.txt"
+    timeout "${EXEC_S:-40}" python -m kernels.execute "$log" --device cuda \
+        --max-steps "${EXEC_STEPS:-24}" --out "$out/exec_$name.jsonl" >> "$out/log.txt" 2>&1
     echo "[exit $?]" >> "$out/log.txt"
 done
 echo "== GPU tests ($(($(date +%s) - start)) s)" >> "$out/log.txt"
