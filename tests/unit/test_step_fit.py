@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.calibrate import GRIDS
 from sim.cost.calibration import read_calibration
 from sim.cost.fit_terms import KINDS, features, fit_nonnegative, padded_tokens
 from sim.cost.gpus import get_gpu
@@ -21,6 +20,11 @@ from sim.cost.step_roofline import RooflineStepModel
 from sim.results.alloc_log import architecture
 
 MODEL, GPU = get_model("Llama-3-8B"), get_gpu("H200-141GB")
+# (decodes, decode context, prefill tokens, cached prefix), as benchmarks/calibrate.py's grids.
+GRID = ([(b, c, 0, 0) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) for c in (128, 1024, 4096,
+                                                                          16384)]
+        + [(0, 0, n, p) for n in (16, 64, 256, 1024, 4096) for p in (0, 1024, 8192)]
+        + [(b, c, n, 0) for b in (4, 16, 64) for c in (1024, 4096) for n in (64, 512, 2048)])
 # Known terms per kind: (floor per launch s, 1 / memory efficiency, 1 / compute efficiency,
 # s per sequence) for attention, linear, other.
 TRUE = {"decode": [[6e-6, 1 / 0.8, 0.0, 2e-6], [3e-6, 1 / 0.87, 1 / 0.6, 0.0],
@@ -33,7 +37,7 @@ TRUE = {"decode": [[6e-6, 1 / 0.8, 0.0, 2e-6], [3e-6, 1 / 0.87, 1 / 0.6, 0.0],
 
 def _points(noise: float, seed: int = 0, name: str = "Llama-3-8B") -> list[dict[str, Any]]:
     roof, rng, out = RooflineStepModel(get_model(name), GPU), random.Random(seed), []
-    for b, c, n, p in GRIDS["full"]:
+    for b, c, n, p in GRID:
         point = {"num_decode": b, "decode_context": c, "prefill_new": n, "prefill_prefix": p}
         kind, rows = features(roof, *point_batch(point))
         parts = [float(np.dot(TRUE[kind][i], rows[i])) * (1 + rng.gauss(0, noise))
