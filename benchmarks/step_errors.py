@@ -20,9 +20,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sim.cost.calibration import SHIPPED_DIR, Calibration, read_calibration
+from sim.cost.calibration import SHIPPED_DIR, Calibration, model_of, read_calibration
+from sim.cost.fit_terms import step_kind
+from sim.cost.gpus import get_gpu
 from sim.cost.step_fit import FitStepModel, fit_coefficients, point_batch, samples
 from sim.cost.step_roofline import RooflineStepModel
+from sim.cost.step_specs import make_calibrated, make_fit
 
 
 def held_out(point: dict[str, Any]) -> bool:
@@ -106,11 +109,43 @@ def plot(rows_by: dict[str, list[dict[str, Any]]], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def executed_rows(path: str) -> tuple[str, list[dict[str, Any]]]:
+    """Steps of an executed-steps file (python -m kernels.execute) against the shipped fit for
+    its model, the calibrated roofline and the roofline."""
+    lines = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    header = lines[0]
+    model, gpu = model_of(header["model"], path), get_gpu(header["device"]["name"])
+    models = {"fit": make_fit("", model, gpu, 1, "auto", "fit"),
+              "calibrated": make_calibrated(model, gpu, 1, "auto"),
+              "roofline": RooflineStepModel(model, gpu)}
+    out = []
+    for step in lines[1:]:
+        b = step["batch"]
+        if not step.get("graph_s") or not isinstance(step.get("attention_s"), float):
+            continue
+        row = {"kind": step_kind(b["num_decode"], len(b["prefill"])), "held": True,
+               "attention": step["attention_s"], "linear": step["linear_s"] + step["other_s"],
+               "total": step["graph_s"]}
+        for name, m in models.items():
+            decodes, ctx, prefills = b["num_decode"], b["decode_context_sum"], b["prefill"]
+            if isinstance(m, FitStepModel):
+                att, lin, other = m.gpu_parts(decodes, ctx, [tuple(p) for p in prefills])
+                lin += other
+            else:
+                st = m.predict_split(decodes, ctx, [tuple(p) for p in prefills])
+                att, lin = st.attention_s, st.linear_s
+            row[name] = {"attention": att, "linear": lin, "total": att + lin}
+        out.append(row)
+    return f"{header['log']} ({model.name}, {len(out)} executed steps)", out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("artefacts", nargs="*", help="default: sim/cost/calibrations/*.json")
     ap.add_argument("--plot", help="PNG of predicted against executed totals")
     ap.add_argument("--json", help="every row, as JSON")
+    ap.add_argument("--executed", nargs="*", default=[],
+                    help="executed-steps files (python -m kernels.execute) to check as well")
     args = ap.parse_args(argv)
     paths = args.artefacts or sorted(str(p) for p in SHIPPED_DIR.glob("*.json"))
     cals = [read_calibration(p) for p in paths]
@@ -128,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         rows_by[cal.model.name] = rows_for(cal, models)
         print("\n".join(report(f"{cal.model.name}: {cal.describe()}", rows_by[cal.model.name],
                                list(models))), flush=True)
+    for path in args.executed:
+        title, rows = executed_rows(path)
+        rows_by[title] = rows
+        lines = report(f"executed schedule {title}", rows, ["fit", "calibrated", "roofline"])
+        print("\n".join(line for line in lines if " fitted " not in line), flush=True)
     if args.plot:
         plot(rows_by, args.plot)
     if args.json:

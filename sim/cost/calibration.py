@@ -52,7 +52,7 @@ class Calibration:
                 f"{self.device}, {self.date})")
 
 
-def _model(raw: Any, source: str) -> ModelConfig:
+def model_of(raw: Any, source: str) -> ModelConfig:
     if not isinstance(raw, dict):
         raise ValueError(f"{source}: field 'model' must be an object")  # noqa: TRY004
     try:
@@ -93,7 +93,7 @@ def read_calibration(path: str | Path) -> Calibration:
         raise ValueError(f"{path}: field 'points' holds no point with a graph_s time")
     if int(data.get("tp", 1)) != 1:
         raise ValueError(f"{path}: field 'tp' = {data.get('tp')!r}: only tp 1 is measured")
-    return Calibration(str(path), _model(data.get("model"), str(path)), gpu,
+    return Calibration(str(path), model_of(data.get("model"), str(path)), gpu,
                        str(device.get("name")), str(data.get("date", "?")), points)
 
 
@@ -103,5 +103,12 @@ def shipped() -> list[Calibration]:
 
 
 def find_shipped(model: ModelConfig, gpu: GpuSpec, tp: int, kv_dtype: str) -> Calibration | None:
-    """The shipped artefact measured for this model shape, GPU, dtypes and tp, or None."""
-    return next((c for c in shipped() if c.matches(model, gpu, tp, kv_dtype)), None)
+    """The shipped artefacts measured for this model shape, GPU, dtypes and tp, joined into
+    one (their points together; the first file's name, the others counted), or None."""
+    found = [c for c in shipped() if c.matches(model, gpu, tp, kv_dtype)]
+    if not found:
+        return None
+    first = found[0]
+    source = first.source + (f" + {len(found) - 1} more" if len(found) > 1 else "")
+    return Calibration(source, first.model, first.gpu_name, first.device, first.date,
+                       [p for c in found for p in c.points])
