@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/timing_gpu_run.sh OUT_DIR [MODEL...]
 #
-# Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), TESTS_S (60), EXEC_LOGS
+# Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), SUFFIX (of the artefacts'
+# names), TESTS_S (60), EXEC_LOGS
 # (allocation logs to execute, sampled: EXEC_STEPS steps, EXEC_S seconds each).
 set -o pipefail
 out=${1:?usage: timing_gpu_run.sh OUT_DIR [MODEL...]}
@@ -27,7 +28,7 @@ for m in "${models[@]}"; do
     name=$(echo "$m" | tr 'A-Z.' 'a-z_' | tr -cd 'a-z0-9_-')
     echo "== $m ($(($(date +%s) - start)) s)" >> "$out/log.txt"
     timeout $((budget + 40)) python benchmarks/calibrate.py --model "$m" --grid "${GRID:-fit}" \
-        --time-budget "$budget" --out "$out/h200_$name.json" >> "$out/log.txt" 2>&1
+        --time-budget "$budget" --out "$out/h200_$name${SUFFIX:-}.json" >> "$out/log.txt" 2>&1
     echo "[exit $?]" >> "$out/log.txt"
 done
 for log in ${EXEC_LOGS:-}; do
