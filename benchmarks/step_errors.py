@@ -139,6 +139,16 @@ def executed_rows(path: str) -> tuple[str, list[dict[str, Any]]]:
     return f"{header['log']} ({model.name}, {len(out)} executed steps)", out
 
 
+def joined(cals: list[Calibration]) -> list[Calibration]:
+    """Artefacts of one model shape and GPU joined into one (as the 'fit' spec joins them)."""
+    groups: dict[tuple[Any, str], list[Calibration]] = {}
+    for cal in cals:
+        groups.setdefault((cal.model, cal.gpu_name), []).append(cal)
+    return [Calibration(" + ".join(Path(c.source).name for c in group), group[0].model,
+                        group[0].gpu_name, group[0].device, group[0].date,
+                        [p for c in group for p in c.points]) for group in groups.values()]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("artefacts", nargs="*", help="default: sim/cost/calibrations/*.json")
@@ -148,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="executed-steps files (python -m kernels.execute) to check as well")
     args = ap.parse_args(argv)
     paths = args.artefacts or sorted(str(p) for p in SHIPPED_DIR.glob("*.json"))
-    cals = [read_calibration(p) for p in paths]
+    cals = joined([read_calibration(p) for p in paths])
     rows_by: dict[str, list[dict[str, Any]]] = {}
     for cal in cals:
         fitted = [p for p in cal.points if not held_out(p)]

@@ -9,7 +9,7 @@ GPU preset and the dtypes are the same and tp is 1.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +99,8 @@ def read_calibration(path: str | Path) -> Calibration:
 
 def shipped() -> list[Calibration]:
     """Every artefact in sim/cost/calibrations/, by file name."""
-    return [read_calibration(p) for p in sorted(SHIPPED_DIR.glob("*.json"))]
+    return [replace(read_calibration(p), source=f"sim/cost/calibrations/{p.name}")
+            for p in sorted(SHIPPED_DIR.glob("*.json"))]
 
 
 def find_shipped(model: ModelConfig, gpu: GpuSpec, tp: int, kv_dtype: str) -> Calibration | None:
