@@ -38,7 +38,7 @@ def padded_tokens(tokens: int) -> int:
     """Rows through the linear layers: the next capture size, or `tokens` above them all."""
     if tokens > MAX_CAPTURE_SIZE:
         return tokens
-    return next(s for s in CAPTURE_SIZES if s >= tokens)
+    return int(next(s for s in CAPTURE_SIZES if s >= tokens))
 
 
 def step_kind(num_decode: int, num_prefill: int) -> str:

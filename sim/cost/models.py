@@ -58,9 +58,11 @@ def _moe(name: str, layers: int, hidden: int, heads: int, kv_heads: int, vocab: 
 
 # Parameter counts: OPT from estimate_num_params (the HF checkpoints' shapes); the others are the
 # totals of the published safetensors checkpoints, which estimate_num_params reproduces exactly.
-_L3 = {"rope_theta": 500000.0}
-_QWEN3 = {"head_dim": 128, "rope_theta": 1e6, "rms_norm_eps": 1e-6, "qk_norm": True}
-_OSS = {"head_dim": 64, "rope_theta": 150000.0, "qkv_bias": True, "expert_dtype": "mxfp4"}
+_L3: dict[str, Any] = {"rope_theta": 500000.0}
+_QWEN3: dict[str, Any] = {"head_dim": 128, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
+                          "qk_norm": True}
+_OSS: dict[str, Any] = {"head_dim": 64, "rope_theta": 150000.0, "qkv_bias": True,
+                        "expert_dtype": "mxfp4"}
 PRESETS: dict[str, ModelConfig] = {m.name: m for m in (
     _opt("OPT-13B", 40, 5120, 40, 12_853_473_280),
     _opt("OPT-66B", 64, 9216, 72, 65_719_701_504),
