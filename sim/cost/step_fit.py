@@ -105,14 +105,18 @@ class FitStepModel(StepModel):
         self.roof = RooflineStepModel(model, gpu, tp, kv_cache_dtype=kv_cache_dtype)
         self.decode_context_cap = self.roof.decode_context_cap
         self.coef, self.description = coef, description
+        # Plain floats: a numpy dot of four values per part costs more than the sums.
+        self._terms = {kind: [[float(c) for c in row] for row in coef.terms[kind]]
+                       for kind in coef.terms}
         self.overhead_s, self.per_seq_overhead_s = overhead_s, per_seq_overhead_s
 
     def gpu_parts(self, num_decode: int, sum_decode_context: int,
                   prefills: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
         """Predicted (attention, linear, other) GPU seconds, the overlap ratio applied."""
         kind, rows = features(self.roof, num_decode, sum_decode_context, prefills)
-        terms, ratio = self.coef.terms[kind], self.coef.ratio[kind]
-        att, lin, other = (float(terms[i] @ np.array(rows[i])) * ratio for i in range(3))
+        terms, ratio = self._terms[kind], self.coef.ratio[kind]
+        att, lin, other = (sum(c * v for c, v in zip(terms[i], rows[i])) * ratio
+                           for i in range(3))
         return att, lin, other
 
     def predict_split(self, num_decode: int, sum_decode_context: int,
