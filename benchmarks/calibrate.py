@@ -19,6 +19,7 @@ import argparse
 import json
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from kernels.execute.step import ExecOptions, execute_record
 from kernels.execute.timing import TimingOptions
 from kernels.validate.log import SeqRecord, StepRecord
 from sim.cost.models import get_model
+from sim.results.alloc_log import architecture
 
 FORMAT, FORMAT_VERSION = "pagedsim-step-calibration", 1
 # (decodes, decode context, prefill new tokens, cached prefix): one point each.
@@ -50,6 +52,14 @@ GRIDS: dict[str, list[Point]] = {
                   [16, 64, 128, 256, 512, 1024, 2048, 4096, 8192], [0, 1024, 4096, 16384],
                   [(b, c, n) for b in (4, 16, 64, 128) for c in (1024, 4096)
                    for n in (64, 256, 1024, 2048)], 1 << 19),
+    # The fitting grid: decode, prefill and mixed shapes spread over batch and context.
+    "fit": _grid([1, 4, 16, 48, 128, 256], [256, 2048, 8192], [32, 128, 512, 1536, 4096],
+                 [0, 4096], [(b, c, n) for b in (8, 64) for c in (1024,) for n in (128, 1024)]
+                 + [(32, 4096, 512), (200, 512, 256)], 1 << 20),
+    # More prefill and mixed shapes (a second artefact beside a 'fit' one).
+    "prefill": _grid([], [], [16, 96, 256, 384, 768, 1024, 2048, 3072], [0, 1024, 8192],
+                     [(b, c, n) for b in (2, 16, 128) for c in (512, 4096)
+                      for n in (32, 256, 2048)], 1 << 20),
     "smoke": _grid([1, 8, 64, 256], [512, 4096], [512, 2048], [0, 4096], [(16, 1024, 512)],
                    1 << 19),
     "tiny": _grid([1, 3], [5], [6], [0, 7], [(2, 9, 5)], 1 << 10),
@@ -60,20 +70,16 @@ POINT_FIELDS = {
     "prefill_new / prefill_prefix": "the chunk's new tokens and the tokens cached before it",
     **{k: v for k, v in STEP_FIELDS.items() if k not in ("class", "logged_attention_s")},
 }
-TORCH_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def preset_architecture(name: str) -> Architecture:
-    """A dense sim preset as an Architecture. rope_theta and rms_norm_eps, which the presets
-    lack, are set to 10000 and 1e-5: they do not change the work of a step."""
+    """A sim preset (dense or MoE) as an Architecture: the fields of the allocation log's
+    header (sim/results/alloc_log.py), read the way kernels.execute reads a log."""
     m = get_model(name)
-    dtype = TORCH_NAMES[m.dtype]
-    return Architecture(
-        name=m.name, num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_heads,
-        num_kv_heads=m.num_kv_heads, head_dim=m.head_dim, intermediate_size=m.intermediate_size,
-        vocab_size=m.vocab_size, dtype=dtype, kv_cache_dtype=dtype,
-        sliding_window=m.sliding_window, rope_theta=10000.0 if m.gated_mlp else None,
-        rms_norm_eps=1e-5, gated_mlp=m.gated_mlp, qkv_bias=m.name.startswith("Qwen2"))
+    fields = {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
+              "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "dtype": m.dtype,
+              "kv_cache_dtype": "auto", "sliding_window": m.sliding_window, **architecture(m)}
+    return Architecture.from_header(fields, f"preset {name}")
 
 
 def _blocks(tokens: int, block_size: int) -> int:
@@ -107,16 +113,32 @@ def _kind(point: Point) -> str:
 
 def run_grid(arch: Architecture, points: list[Point], device: torch.device, block_size: int,
              opts: ExecOptions, rows: list[dict[str, Any]], memory: dict[str, Any],
-             kv_layers: int | None = None) -> None:
-    """Execute every point, appending its row to `rows` (kept if a later point fails)."""
+             kv_layers: int | None = None, deadline: float | None = None,
+             skipped: list[str] | None = None) -> None:
+    """Execute every point, appending its row to `rows` (kept if a later point fails or the
+    `deadline` (time.monotonic) passes); a point that raises a RuntimeError is noted in
+    `skipped` and passed over, unless it is the third failure in a row."""
+    skipped = [] if skipped is None else skipped
+    failures = 0
     num_blocks = pool_blocks(points, block_size)
     engine = Engine(arch, block_size, num_blocks, 0, device, seed=opts.seed, kv_layers=kv_layers,
                     reserve_bytes=6 * GiB)
     memory.update(engine.memory())
     rng = random.Random(opts.seed)
     for i, point in enumerate(points):
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"time budget spent after {i} of {len(points)} points")
         rec = synthetic_record(i, point, num_blocks, block_size, arch.vocab_size, rng)
-        row = execute_record(engine, rec, opts)
+        try:
+            row = execute_record(engine, rec, opts)
+        except RuntimeError as exc:  # torch's CUDA errors; three in a row end the grid
+            skipped.append(f"point {point}: {exc}".splitlines()[0])
+            print(f"calibrate: {skipped[-1]}", file=sys.stderr, flush=True)
+            failures += 1
+            if failures >= 3:
+                raise
+            continue
+        failures = 0
         rows.append({"kind": _kind(point), "num_decode": point[0], "decode_context": point[1],
                      "prefill_new": point[2], "prefill_prefix": point[3], **row})
         print(format_row(rows[-1]), flush=True)
@@ -142,12 +164,13 @@ TABLE_HEADER = (f"{'kind':<8} {'shape':<16} {'tokens':>6} {'mode':<9} {'graph ms
 
 def artefact(arch: Architecture, grid: str, block_size: int, device: torch.device,
              opts: ExecOptions, rows: list[dict[str, Any]], memory: dict[str, Any],
-             error: str | None = None) -> dict[str, Any]:
+             error: str | None = None, skipped: list[str] | None = None) -> dict[str, Any]:
     """The calibration artefact (self-describing; see kernels/execute/README.md)."""
     return {"format": FORMAT, "format_version": FORMAT_VERSION,
             "about": "step times of synthetic batches through pagedsim's executed forward "
                      "(kernels/execute); seconds; one point per line of 'points'",
-            "complete": error is None, "error": error, "model": arch.to_json(),
+            "complete": error is None and not skipped, "error": error,
+            "skipped": skipped or [], "model": arch.to_json(),
             "dtype": arch.dtype, "kv_cache_dtype": arch.kv_cache_dtype,
             "block_size": block_size, "tp": 1, "grid": grid, **environment(device),
             "memory": memory, "options": opts.to_json(), "method": METHOD,
@@ -180,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kv-layers", type=int, help="KV caches allocated (default: all that fit)")
     ap.add_argument("--no-parts", action="store_true", help="skip the per-part graphs")
+    ap.add_argument("--time-budget", type=float, help="seconds; stop starting points after "
+                    "this (the grid runs in a seeded shuffled order, so a cut keeps a spread)")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("calibrate: --device cuda: no CUDA device (use --device cpu)", file=sys.stderr)
@@ -195,17 +220,23 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     memory: dict[str, Any] = {}
     error = None
+    skipped: list[str] = []
+    points = list(GRIDS[args.grid])
+    if args.time_budget is not None:
+        random.Random(args.seed).shuffle(points)
+    deadline = None if args.time_budget is None else time.monotonic() + args.time_budget
     try:
-        run_grid(arch, GRIDS[args.grid], device, args.block_size, opts, rows, memory,
-                 args.kv_layers)
-    except (RuntimeError, ValueError) as exc:  # torch's CUDA errors are RuntimeErrors
+        run_grid(arch, points, device, args.block_size, opts, rows, memory, args.kv_layers,
+                 deadline, skipped)
+    except (RuntimeError, ValueError, TimeoutError) as exc:  # CUDA errors are RuntimeErrors
         error = f"point {len(rows)}: {type(exc).__name__}: {exc}".splitlines()[0]
         print(f"calibrate: {error}", file=sys.stderr)
     with AtomicWriter(args.out) as out:
         out.write(json.dumps(artefact(arch, args.grid, args.block_size, device, opts, rows,
-                                      memory, error), indent=1) + "\n")
-    print(f"wrote {len(rows)} points to {args.out}" + (" (incomplete)" if error else ""))
-    return 1 if error else 0
+                                      memory, error, skipped), indent=1) + "\n")
+    incomplete = error is not None or bool(skipped)
+    print(f"wrote {len(rows)} points to {args.out}" + (" (incomplete)" if incomplete else ""))
+    return 1 if incomplete else 0
 
 
 if __name__ == "__main__":

@@ -97,13 +97,24 @@ def build_parser() -> Parser:
                    help="override PCIe GB/s")
     g.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=D.tp, help="tensor-parallel degree")
     g.add_argument("--step-model", default=D.step_model,
-                   help="roofline[:k=v,...], poly:FILE or table:FILE")
+                   help="auto (fit where a shipped calibration matches, else roofline), "
+                   "roofline[:k=v,...], fit[:FILE], calibrated, poly:FILE or table:FILE")
+    _timing_options(p.add_argument_group("step-time terms outside the GPU steps"))
     _cache_options(p.add_argument_group("KV cache and scheduler"))
     _run_options(p.add_argument_group("workload and run"))
     add_release_options(p.add_argument_group("vLLM release and scheduling policy"), D)
     add_convention_options(p)
     _spec_options(p.add_argument_group("speculative decoding and async scheduling"))
     return p
+
+
+def _timing_options(t: argparse._ArgumentGroup) -> None:
+    t.add_argument("--no-tp-comm", dest="tp_comm", action="store_false", default=D.tp_comm,
+                   help="leave out tensor-parallel all-reduces (two per layer)")
+    t.add_argument("--cpu-overhead-ms", type=float, default=D.cpu_overhead_ms,
+                   help="CPU side of a step, ms (default: the step model's, 2 ms)")
+    t.add_argument("--cpu-per-seq-us", type=float, default=D.cpu_per_seq_us,
+                   help="CPU side per scheduled sequence, us (default: the step model's, 10)")
 
 
 def _cache_options(c: argparse._ArgumentGroup) -> None:
@@ -241,7 +252,8 @@ def _resolve(o: Options) -> RunConfig:
                                 o.beam_width, o.beam_keep_prob, workload_spec(o),
                                 o.max_concurrency),
         output=OutputConfig(out_dir(o), o.record_allocation_log or o.validate, o.progress),
-        cost=CostConfig(o.step_model), allocators=check_allocators(o.allocators),
+        cost=CostConfig(o.step_model, o.tp_comm, o.cpu_overhead_ms, o.cpu_per_seq_us),
+        allocators=check_allocators(o.allocators),
         jobs=o.jobs or os.cpu_count() or 1, capacity=capacity)
     build_costs(config)  # the step-time model's spec and files are checked here, once
     return config
@@ -269,6 +281,7 @@ def describe(config: RunConfig, trace: Trace) -> str:
         (f"  model: {config.model.name} ({config.model.dtype}, kv cache "
          f"{cache.kv_cache_dtype}), gpu: {config.gpu.tp} x {config.gpu.spec.name}, "
          f"step model: {config.cost.step_model}"),
+        f"  step model used: {build_costs(config).step_model.description}",
         f"  {config.capacity.describe()}" if config.capacity is not None else
         f"  KV cache: {cache.num_gpu_blocks} GPU blocks x {cache.block_size} tokens",
         (f"  scheduler: max_model_len {sched.max_model_len}, max_num_seqs {sched.max_num_seqs}, "

@@ -65,7 +65,7 @@ class Options:
     gpu_tflops: float | None = None
     gpu_pcie_gbps: float | None = None
     tp: int = 1
-    step_model: str = "roofline"
+    step_model: str = "auto"
     block_size: int = 16
     num_gpu_blocks: int | None = None
     gpu_memory_utilization: float | None = None
@@ -125,6 +125,9 @@ class Options:
     async_scheduling: bool | None = None
     speculative_config: str | None = None
     acceptance_rate: str | None = None
+    tp_comm: bool = True
+    cpu_overhead_ms: float | None = None
+    cpu_per_seq_us: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vllm_overrides", tuple(self.vllm_overrides or ()))
@@ -186,9 +189,14 @@ class GpuConfig:
 
 @dataclass(frozen=True, slots=True)
 class CostConfig:
-    """How a step is priced: the step-time model spec (``--step-model``)."""
+    """How a step is priced: the step-time model spec (``--step-model``) and the terms the GPU
+    steps leave out (``--no-tp-comm``, ``--cpu-overhead-ms``, ``--cpu-per-seq-us``;
+    sim/cost/step_extras.py)."""
 
-    step_model: str = "roofline"
+    step_model: str = "auto"
+    tp_comm: bool = True
+    cpu_overhead_ms: float | None = None
+    cpu_per_seq_us: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from sim.client import Client, limited_arrivals
 from sim.config import RunConfig
 from sim.cost.spec_cost import DraftTime, make_draft_time
 from sim.cost.step_base import StepModel, StepTime
+from sim.cost.step_extras import extras_of
 from sim.cost.step_model import make_step_model
 from sim.cost.swap_cost import make_swap_cost
 from sim.release import max_in_flight_tokens
@@ -65,7 +66,8 @@ def build_costs(config: RunConfig) -> Costs:
     """The cost models of a configuration (built in every process that replays it)."""
     model, gpu, tp = config.model, config.gpu.spec, config.gpu.tp
     dtype = config.cache.kv_cache_dtype
-    step_model = make_step_model(config.cost.step_model, model, gpu, tp, kv_cache_dtype=dtype)
+    step_model = make_step_model(config.cost.step_model, model, gpu, tp, kv_cache_dtype=dtype,
+                                 extras=extras_of(config))
     swap = make_swap_cost(model, gpu, config.cache.block_size, tp=tp, kv_cache_dtype=dtype)
     spec = config.scheduler.spec
     draft = make_draft_time(spec, model, gpu, tp, dtype) if spec is not None else None

@@ -91,6 +91,9 @@ class Architecture:
         Raises:
             LogError: a missing or mistyped field, named as `model.FIELD`.
         """
+        if isinstance(model, dict) and model.get("expert_dtype") is not None:
+            raise LogError(f"{where}: field 'model.expert_dtype' = {model['expert_dtype']!r}: "
+                           "the executor runs experts in the model dtype only (no MXFP4)")
         need = {**_BASE_FIELDS, **HEADER_FIELDS}
         if isinstance(model, dict) and _get(model, "num_experts", int, where) > 0:
             need.update(MOE_FIELDS)

@@ -45,9 +45,10 @@ def block_bytes(model: ModelConfig, block_size: int, tp: int = 1,
 
 
 def weight_bytes_per_gpu(model: ModelConfig, tp: int = 1) -> int:
-    """Weights held by one GPU: num_params x dtype bytes / tp (norms' replication ignored)."""
+    """Weights held by one GPU: every weight's bytes / tp (MoE: all experts, at their stored
+    size; norms' replication ignored)."""
     model.check_tp(tp)
-    return -(-model.num_params * model.dtype_bytes // tp)
+    return -(-model.weight_bytes // tp)
 
 
 def activation_reserve_bytes(model: ModelConfig, tp: int = 1, max_num_batched_tokens: int = 8192,

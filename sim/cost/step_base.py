@@ -61,6 +61,8 @@ class StepModel:
     """
 
     decode_context_cap: int | None = None
+    description: str = ""
+    """What the model is and where its numbers come from (printed by every run)."""
 
     def predict(self, batch: Iterable[tuple[int, int]]) -> StepTime:
         """Step time of `batch`, a sequence of (new_tokens >= 1, context_tokens >= 0)."""

@@ -9,6 +9,8 @@ w = weight bytes, kv = KV bytes per token per GPU, T = new tokens, S = sequences
   attention: bytes = kv x sum(keys read) + T x (kv + 2 x L x Hq x d x w)  (KV write, q in, o out)
              FLOPs = 4 x L x Hq x d x sum(causal (query, key) pairs)
   overhead:  overhead_s + per_seq_overhead_s x S
+MoE: P counts the router and shared expert; each token adds k experts' FLOPs and the step reads
+the weights of the experts it touches, E x (1 - (1 - k/E)^T) under uniform routing (_mlp).
 Bandwidth and peak are scaled by hbm_efficiency and flops_efficiency (1.0: an optimistic bound).
 Tensor-parallel all-reduces are not modelled. Exactness: predict and predict_split agree exactly.
 """
@@ -48,26 +50,28 @@ class RooflineStepModel(StepModel):
         peak = gpu.flops_per_s * flops_efficiency
         layers, h, w = model.num_layers, model.hidden_size, model.dtype_bytes
         hq, hkv, d = model.heads_per_gpu(tp), model.kv_heads_per_gpu(tp), model.head_dim
-        mlp_mats = 3 if model.gated_mlp else 2
-        inter = model.intermediate_size / tp
-        layer_params = h * (hq + 2 * hkv) * d + hq * d * h + mlp_mats * h * inter
+        mlp_params, mlp_act, expert = _mlp(model, tp)
+        layer_params = h * (hq + 2 * hkv) * d + hq * d * h + mlp_params
         lm_head = h * model.vocab_size / tp
-        act_per_token = w * (layers * (4 * h + 2 * (hq + hkv) * d + mlp_mats * inter) + h)
+        act_per_token = w * (layers * (4 * h + 2 * (hq + hkv) * d + mlp_act) + h)
         kv = kv_bytes_per_token(model, tp, kv_cache_dtype)
         # Seconds per unit, so that predict_split is a handful of multiply-adds.
         self._lin_mem_const = w * (layers * layer_params + lm_head) / bandwidth
         self._lin_mem_token = act_per_token / bandwidth
-        self._lin_flop_token = 2 * layers * layer_params / peak
+        self._lin_flop_token = 2 * layers * (layer_params + model.num_experts_per_tok
+                                             * expert) / peak
         self._lin_flop_seq = 2 * lm_head / peak
+        # MoE: the experts a step touches, all read once (uniform routing, see _mlp).
+        experts = model.num_experts
+        self._exp_mem = (model.expert_bytes_per_param * layers * expert * experts / bandwidth)
+        self._exp_miss = 1.0 - model.num_experts_per_tok / experts if experts else 1.0
         self._att_mem_key = kv / bandwidth
         self._att_mem_token = (kv + 2 * layers * hq * d * w) / bandwidth
         self._att_flop_pair = 4 * layers * hq * d / peak
 
-    def predict_split(self, num_decode: int, sum_decode_context: int,
-                      prefills: Sequence[tuple[int, int]]) -> StepTime:
-        num_seqs = num_decode + len(prefills)
-        if num_seqs == 0:
-            return ZERO_STEP
+    def batch_sums(self, num_decode: int, sum_decode_context: int,
+                   prefills: Sequence[tuple[int, int]]) -> tuple[int, int, int]:
+        """(new tokens, keys read, causal query-key pairs) of a step."""
         tokens = num_decode
         keys = pairs = sum_decode_context + num_decode
         window, cap = self.window, self.decode_context_cap
@@ -75,14 +79,48 @@ class RooflineStepModel(StepModel):
             tokens += new
             keys += new + (context if cap is None or context < cap else cap)
             pairs += causal_pairs(new, context, window)
-        # Each part is bound by memory or by compute, whichever is slower (comparisons rather
-        # than max(): this runs once per simulated step).
-        linear = self._lin_mem_const + self._lin_mem_token * tokens
-        linear_flops = self._lin_flop_token * tokens + self._lin_flop_seq * num_seqs
-        if linear_flops > linear:  # noqa: PLR1730
-            linear = linear_flops
-        attention = self._att_mem_key * keys + self._att_mem_token * tokens
-        attention_flops = self._att_flop_pair * pairs
-        if attention_flops > attention:  # noqa: PLR1730
-            attention = attention_flops
-        return StepTime(attention, linear, self.overhead_s + self.per_seq_overhead_s * num_seqs)
+        return tokens, keys, pairs
+
+    def linear_terms(self, tokens: int, num_seqs: int) -> tuple[float, float]:
+        """(memory seconds, compute seconds) of the linear layers for `tokens` rows."""
+        memory = self._lin_mem_const + self._lin_mem_token * tokens
+        if self._exp_mem:
+            memory += self._exp_mem * (1.0 - self._exp_miss ** tokens)
+        return memory, self._lin_flop_token * tokens + self._lin_flop_seq * num_seqs
+
+    def attention_terms(self, tokens: int, keys: int, pairs: int) -> tuple[float, float]:
+        """(memory seconds, compute seconds) of attention: K/V read and written, q and o."""
+        return (self._att_mem_key * keys + self._att_mem_token * tokens,
+                self._att_flop_pair * pairs)
+
+    def predict_split(self, num_decode: int, sum_decode_context: int,
+                      prefills: Sequence[tuple[int, int]]) -> StepTime:
+        num_seqs = num_decode + len(prefills)
+        if num_seqs == 0:
+            return ZERO_STEP
+        tokens, keys, pairs = self.batch_sums(num_decode, sum_decode_context, prefills)
+        # Each part is bound by memory or by compute, whichever is slower.
+        linear, linear_flops = self.linear_terms(tokens, num_seqs)
+        attention, attention_flops = self.attention_terms(tokens, keys, pairs)
+        return StepTime(max(attention, attention_flops), max(linear, linear_flops),
+                        self.overhead_s + self.per_seq_overhead_s * num_seqs)
+
+
+def _mlp(model: ModelConfig, tp: int) -> tuple[float, float, float]:
+    """Per layer and GPU: (weights every token uses, activation elements per token, weights of
+    one routed expert).
+
+    Dense: the MLP's matrices. MoE: the router and the shared expert for every token, and
+    `num_experts_per_tok` experts per token. Routing is assumed uniform and independent per
+    token, so T tokens touch E x (1 - (1 - k/E)^T) distinct experts in expectation, each read
+    once from HBM; experts are split over `tp` GPUs as vLLM's default tensor-parallel MoE does.
+    """
+    h, mats = model.hidden_size, model.mlp_matrices
+    if not model.moe:
+        inter = model.intermediate_size / tp
+        return mats * h * inter, mats * inter, 0.0
+    shared = model.shared_expert_intermediate_size / tp
+    width = model.moe_intermediate_size / tp
+    used = model.num_experts * h + mats * h * shared
+    act = model.num_experts + mats * (shared + model.num_experts_per_tok * width)
+    return used, act, mats * h * width

@@ -1,7 +1,7 @@
 """The allocation log (``--record-allocation-log``): every block decision, step by step.
 
 ``allocation_log.jsonl.gz`` holds, per allocator, a header line (block size, pool sizes, the
-model's head layout and dtype, the seed and how token ids were made) and one line per step:
+model's whole architecture and dtype (`ARCH_FIELDS`), the seed and how token ids were made) and one line per step:
 each scheduled sequence's new positions, token ids, context length, full block table and slot
 mapping, plus the step's copy-on-write plan, swap maps, frees, prefix hits, forks,
 preemptions and the step-time model's ``attention_s``. kernels/ replays it on real tensors to
@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from allocator.paged import PagedKVCacheManager
 from sim.config import RunConfig
+from sim.cost.models import ModelConfig
 from sim.cost.step_base import StepTime
 from sim.results.outputs import SCHEMA_VERSION, replace_into
 
@@ -29,6 +30,17 @@ TOKEN_IDS = ("from the trace where it has them (explicit ids; Mooncake hash ids 
              "block by block), else traces.derive_token_ids(seed, key, start, count) with key "
              "= request id for prompts and sample 0, 'id/k' for sample k, 'id/bN' for a "
              "forked beam")
+
+
+ARCH_FIELDS = ("hidden_size", "intermediate_size", "vocab_size", "rope_theta", "rms_norm_eps",
+               "gated_mlp", "qkv_bias", "qk_norm", "num_experts", "num_experts_per_tok",
+               "moe_intermediate_size", "shared_expert_intermediate_size", "expert_dtype")
+
+
+def architecture(model: ModelConfig) -> dict[str, Any]:
+    """The header's architecture fields beyond the head layout: what the executed forward
+    (kernels/execute) needs to rebuild every layer without reading sim/."""
+    return {name: getattr(model, name) for name in ARCH_FIELDS}
 
 
 class Stepping(Protocol):
@@ -70,7 +82,7 @@ class LogSection:
             "model": {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
                       "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
                       "dtype": m.dtype, "kv_cache_dtype": cache.kv_cache_dtype,
-                      "sliding_window": m.sliding_window},
+                      "sliding_window": m.sliding_window, **architecture(m)},
             "seed": seed, "token_ids": TOKEN_IDS,
         })
         self.writer = StepWriter(self, cache.block_size)

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 GOLDEN = Path(__file__).resolve().parent
 SYNC = ["--no-async-scheduling"]
-V014 = ["--vllm-version", "0.14", *SYNC]
+# The first wave's step times: the plain roofline (its 2 ms + 10 us per sequence, serial).
+V014 = ["--vllm-version", "0.14", *SYNC, "--step-model", "roofline"]
 BASE: dict[str, list[str]] = {
     "tiny_azure": [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "400"],
     "tiny_mooncake_n2": [str(DATA / "tiny_mooncake.jsonl"), "--num-gpu-blocks", "300",

@@ -110,3 +110,10 @@ def test_hf_families() -> None:
 def test_hf_errors_name_the_field(cfg: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         Architecture.from_hf_config(cfg, "c.json")
+
+
+def test_mxfp4_experts_refused() -> None:
+    """A header whose experts are stored in MXFP4 (gpt-oss) is refused, naming the field."""
+    model = _model(expert_dtype="mxfp4")
+    with pytest.raises(LogError, match="model.expert_dtype"):
+        Architecture.from_header(model, "log:1")

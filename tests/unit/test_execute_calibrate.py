@@ -82,7 +82,8 @@ def test_bad_model_json(cal: ModuleType, tmp_path: Path,
 
 def test_a_failing_point_keeps_the_measured_ones(cal: ModuleType, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A CUDA error at point 2 leaves an artefact marked incomplete with points 0 and 1."""
+    """A CUDA error at point 2 is noted and passed over: the artefact is marked incomplete,
+    names the point and keeps every other; three failures in a row end the grid."""
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({**TINY, "architectures": ["LlamaForCausalLM"]}))
     real = cal.execute_record
@@ -97,5 +98,20 @@ def test_a_failing_point_keeps_the_measured_ones(cal: ModuleType, tmp_path: Path
     assert cal.main(["--model-json", str(cfg), "--grid", "tiny", "--device", "cpu", "--out",
                      str(out), "--no-parts"]) == 1
     art = json.loads(out.read_text())
-    assert art["complete"] is False and "point 2: RuntimeError" in art["error"]
-    assert [p["step"] for p in art["points"]] == [0, 1]
+    grid = cal.GRIDS["tiny"]
+    assert art["complete"] is False and art["error"] is None
+    message = "CUDA error: operation not permitted when stream is capturing"
+    assert art["skipped"] == [f"point {grid[2]}: {message}"]
+    assert [p["step"] for p in art["points"]] == [i for i in range(len(grid)) if i != 2]
+
+    def broken(engine: object, rec: StepRecord, opts: object) -> dict[str, object]:
+        if rec.step >= 1:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(engine, rec, opts)
+
+    monkeypatch.setattr(cal, "execute_record", broken)
+    assert cal.main(["--model-json", str(cfg), "--grid", "tiny", "--device", "cpu", "--out",
+                     str(out), "--no-parts"]) == 1
+    art = json.loads(out.read_text())
+    assert "illegal memory access" in art["error"] and len(art["skipped"]) == 3
+    assert [p["step"] for p in art["points"]] == [0]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sim.cost.model_config import gpt_oss_num_params
 from sim.cost.models import PRESETS, ModelConfig, estimate_num_params, get_model, load_hf_config
 
 LLAMA2_7B_HF: dict[str, Any] = {
@@ -44,9 +45,8 @@ def _write(tmp_path: Path, cfg: dict[str, Any], name: str = "config.json") -> Pa
 def test_estimate_reproduces_preset_param_counts(name: str) -> None:
     """The shape-based estimate equals every preset's published parameter count."""
     model = PRESETS[name]
-    estimate = estimate_num_params(model, opt_style=name.startswith("OPT"),
-                                   qkv_bias=name.startswith("Qwen"))
-    assert estimate == model.num_params
+    count = gpt_oss_num_params if name.startswith("gpt-oss") else estimate_num_params
+    assert count(model) == model.num_params
 
 
 def test_preset_shapes_follow_published_configs() -> None:
@@ -58,6 +58,8 @@ def test_preset_shapes_follow_published_configs() -> None:
     assert PRESETS["Qwen2.5-7B"].num_kv_heads == 4 and PRESETS["Qwen2.5-7B"].head_dim == 128
     assert not PRESETS["OPT-66B"].gated_mlp and PRESETS["OPT-66B"].num_heads == 72
     assert all(m.sliding_window is None for n, m in PRESETS.items() if n != "Mistral-7B")
+    assert PRESETS["Qwen2.5-7B"].qkv_bias and PRESETS["Qwen3-14B"].qk_norm
+    assert PRESETS["OPT-13B"].rope_theta is None
 
 
 @pytest.mark.parametrize("alias", ["llama-2-7b", "LLAMA2-7B", "Llama_2_7b",

@@ -9,6 +9,7 @@ import pytest
 
 from sim.cost.gpus import get_gpu, make_gpu
 from sim.cost.models import ModelConfig, get_model
+from sim.cost.step_extras import Extras
 from sim.cost.step_model import (
     PolyStepModel,
     RooflineStepModel,
@@ -97,13 +98,14 @@ def test_roofline_options_in_spec() -> None:
     """Spec options scale efficiencies and set overheads; unknown options are refused."""
     model, gpu = get_model("llama-2-7b"), get_gpu("a100-80gb")
     base = make_step_model("roofline", model, gpu).predict([(1, 1000)] * 64)
-    slow = make_step_model("roofline:hbm_eff=0.5, overhead_ms=3,per_seq_us=0", model, gpu)
+    slow = make_step_model("roofline:hbm_eff=0.5, overhead_ms=3,per_seq_us=0", model, gpu,
+                           extras=Extras(overlapped=False))
     step = slow.predict([(1, 1000)] * 64)
     assert step.attention_s == pytest.approx(2 * base.attention_s)
     assert step.overhead_s == pytest.approx(3e-3)
     with pytest.raises(ValueError, match="unknown roofline option 'speed=2'"):
         make_step_model("roofline:speed=2", model, gpu)
-    with pytest.raises(ValueError, match="expected roofline"):
+    with pytest.raises(ValueError, match="expected auto, roofline"):
         make_step_model("magic", model, gpu)
     with pytest.raises(ValueError, match="poly needs a file"):
         make_step_model("poly:", model, gpu)

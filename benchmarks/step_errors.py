@@ -1,0 +1,189 @@
+"""Per-step error of the step models against executed steps (calibration artefacts).
+
+    PYTHONPATH=. python benchmarks/step_errors.py [ARTEFACT.json ...] [--plot F.png] [--json F]
+
+For every artefact (default: sim/cost/calibrations/*.json) the points are split by shape: one
+in three (a seeded hash of the shape) is held out, the fit (sim/cost/step_fit.py) sees only
+the rest. Printed per artefact, kind (decode, prefill, mixed, all) and split (fitted, held):
+median and p90 of |predicted / measured - 1| for attention (the attention part's graph),
+linear (GEMMs + other launches: the linear and other parts' graphs) and total (the whole
+step's graph, `graph_s`), for the fit and for the uncalibrated roofline (its GPU parts, no CPU
+overhead). 'calibrated' fits all artefacts but the one evaluated (leave one model out).
+This measures agreement with our own forward on our own kernels, not with vLLM.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from sim.cost.calibration import SHIPPED_DIR, Calibration, model_of, read_calibration
+from sim.cost.fit_terms import step_kind
+from sim.cost.gpus import get_gpu
+from sim.cost.step_fit import FitStepModel, fit_coefficients, point_batch, samples
+from sim.cost.step_roofline import RooflineStepModel
+from sim.cost.step_specs import make_calibrated, make_fit
+
+
+def held_out(point: dict[str, Any]) -> bool:
+    """One shape in three, by a hash of the shape (stable across runs and artefacts)."""
+    key = "{num_decode}x{decode_context}+{prefill_new}@{prefill_prefix}".format(**point)
+    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % 3 == 0
+
+
+def _predict(step: Any, point: dict[str, Any]) -> tuple[float, float]:
+    decodes, ctx_sum, prefills = point_batch(point)
+    cap = step.decode_context_cap
+    if cap is not None and decodes:
+        ctx_sum = decodes * min(ctx_sum // decodes, cap)
+    if isinstance(step, FitStepModel):
+        att, lin, other = step.gpu_parts(decodes, ctx_sum, prefills)
+        return att, lin + other
+    st = step.predict_split(decodes, ctx_sum, prefills)
+    return st.attention_s, st.linear_s
+
+
+def rows_for(cal: Calibration, models: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per measured point: measured and predicted parts of every model."""
+    out = []
+    for p in cal.points:
+        if not all(isinstance(p.get(k), float) for k in ("attention_s", "linear_s", "other_s")):
+            continue
+        row = {"kind": p["kind"], "held": held_out(p), "attention": p["attention_s"],
+               "linear": p["linear_s"] + p["other_s"], "total": p["graph_s"],
+               "shape": [p["num_decode"], p["decode_context"], p["prefill_new"],
+                         p["prefill_prefix"]]}
+        for name, step in models.items():
+            att, lin = _predict(step, p)
+            row[name] = {"attention": att, "linear": lin, "total": att + lin}
+        out.append(row)
+    return out
+
+
+def _stats(errs: list[float]) -> str:
+    if not errs:
+        return f"{'-':>15}"
+    errs = sorted(errs)
+    p90 = errs[min(len(errs) - 1, int(0.9 * len(errs)))]
+    return f"{statistics.median(errs):6.1%} /{p90:6.1%}"
+
+
+def report(name: str, rows: list[dict[str, Any]], models: list[str]) -> list[str]:
+    """Table lines: per kind and split, median / p90 |pred/meas - 1| per part and model."""
+    head = f"{'kind':<8} {'split':<6} {'n':>3} " + " ".join(
+        f"{m + ' ' + part:>15}" for m in models for part in ("attention", "linear", "total"))
+    lines = [f"## {name}", head]
+    for kind in ("decode", "prefill", "mixed", "all"):
+        for split in ("fitted", "held"):
+            group = [r for r in rows if (kind == "all" or r["kind"] == kind)
+                     and r["held"] == (split == "held")]
+            cells = [_stats([abs(r[m][part] / r[part] - 1) for r in group]) for m in models
+                     for part in ("attention", "linear", "total")]
+            lines.append(f"{kind:<8} {split:<6} {len(group):>3} " + " ".join(cells))
+    return lines
+
+
+def plot(rows_by: dict[str, list[dict[str, Any]]], path: str) -> None:
+    import matplotlib  # optional: only for --plot
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, model in zip(axes, ("fit", "roofline")):
+        for name, rows in rows_by.items():
+            for held, marker in ((False, "."), (True, "x")):
+                pts = [(r["total"] * 1e3, r[model]["total"] * 1e3) for r in rows
+                       if r["held"] == held]
+                if pts:
+                    ax.scatter(*zip(*pts), marker=marker, s=14,
+                               label=f"{name} {'held' if held else 'fitted'}")
+        ax.plot([0.1, 1e4], [0.1, 1e4], "k:", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel="executed step (graph), ms",
+               ylabel=f"{model} predicted, ms", title=f"{model} vs executed")
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def executed_rows(path: str) -> tuple[str, list[dict[str, Any]]]:
+    """Steps of an executed-steps file (python -m kernels.execute) against the shipped fit for
+    its model, the calibrated roofline and the roofline."""
+    lines = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    header = lines[0]
+    model, gpu = model_of(header["model"], path), get_gpu(header["device"]["name"])
+    models = {"fit": make_fit("", model, gpu, 1, "auto", "fit"),
+              "calibrated": make_calibrated(model, gpu, 1, "auto"),
+              "roofline": RooflineStepModel(model, gpu)}
+    out = []
+    for step in lines[1:]:
+        b = step["batch"]
+        if not step.get("graph_s") or not isinstance(step.get("attention_s"), float):
+            continue
+        row = {"kind": step_kind(b["num_decode"], len(b["prefill"])), "held": True,
+               "attention": step["attention_s"], "linear": step["linear_s"] + step["other_s"],
+               "total": step["graph_s"]}
+        for name, m in models.items():
+            decodes, ctx, prefills = b["num_decode"], b["decode_context_sum"], b["prefill"]
+            if isinstance(m, FitStepModel):
+                att, lin, other = m.gpu_parts(decodes, ctx, [tuple(p) for p in prefills])
+                lin += other
+            else:
+                st = m.predict_split(decodes, ctx, [tuple(p) for p in prefills])
+                att, lin = st.attention_s, st.linear_s
+            row[name] = {"attention": att, "linear": lin, "total": att + lin}
+        out.append(row)
+    return f"{header['log']} ({model.name}, {len(out)} executed steps)", out
+
+
+def joined(cals: list[Calibration]) -> list[Calibration]:
+    """Artefacts of one model shape and GPU joined into one (as the 'fit' spec joins them)."""
+    groups: dict[tuple[Any, str], list[Calibration]] = {}
+    for cal in cals:
+        groups.setdefault((cal.model, cal.gpu_name), []).append(cal)
+    return [Calibration(" + ".join(Path(c.source).name for c in group), group[0].model,
+                        group[0].gpu_name, group[0].device, group[0].date,
+                        [p for c in group for p in c.points]) for group in groups.values()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("artefacts", nargs="*", help="default: sim/cost/calibrations/*.json")
+    ap.add_argument("--plot", help="PNG of predicted against executed totals")
+    ap.add_argument("--json", help="every row, as JSON")
+    ap.add_argument("--executed", nargs="*", default=[],
+                    help="executed-steps files (python -m kernels.execute) to check as well")
+    args = ap.parse_args(argv)
+    paths = args.artefacts or sorted(str(p) for p in SHIPPED_DIR.glob("*.json"))
+    cals = joined([read_calibration(p) for p in paths])
+    rows_by: dict[str, list[dict[str, Any]]] = {}
+    for cal in cals:
+        fitted = [p for p in cal.points if not held_out(p)]
+        models: dict[str, Any] = {
+            "fit": FitStepModel(cal.model, cal.gpu, 1, fit_coefficients(samples(cal, fitted)),
+                                "fit"),
+            "roofline": RooflineStepModel(cal.model, cal.gpu)}
+        others = [s for c in cals if c is not cal for s in samples(c)]
+        if len(others) >= 6:
+            models["calibrated"] = FitStepModel(cal.model, cal.gpu, 1,
+                                                fit_coefficients(others), "calibrated")
+        rows_by[cal.model.name] = rows_for(cal, models)
+        print("\n".join(report(f"{cal.model.name}: {cal.describe()}", rows_by[cal.model.name],
+                               list(models))), flush=True)
+    for path in args.executed:
+        title, rows = executed_rows(path)
+        rows_by[title] = rows
+        lines = report(f"executed schedule {title}", rows, ["fit", "calibrated", "roofline"])
+        print("\n".join(line for line in lines if " fitted " not in line), flush=True)
+    if args.plot:
+        plot(rows_by, args.plot)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows_by, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""Calibration artefacts (`pagedsim-step-calibration` v1, benchmarks/calibrate.py): reading,
+the model and GPU they were measured for, and the artefacts shipped in sim/cost/calibrations/.
+
+An artefact holds executed step times of synthetic batches (one point per batch shape) with
+the architecture, device and dtypes; kernels/execute/README.md describes the format. A shipped
+artefact matches a run when the model's shape (every field that changes a step's work), the
+GPU preset and the dtypes are the same and tp is 1.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from sim.cost.gpus import GpuSpec, get_gpu, resolve_gpu_name
+from sim.cost.model_config import ModelConfig
+
+SHIPPED_DIR = Path(__file__).with_name("calibrations")
+FORMAT, FORMAT_VERSION = "pagedsim-step-calibration", 1
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+# The fields of a model that change a step's work (names are not compared).
+SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                "intermediate_size", "vocab_size", "sliding_window", "gated_mlp", "qkv_bias",
+                "qk_norm", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                "shared_expert_intermediate_size")
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """One artefact: where it came from, what it measured, and its points."""
+
+    source: str
+    model: ModelConfig
+    gpu_name: str
+    device: str
+    date: str
+    points: list[dict[str, Any]]
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return get_gpu(self.gpu_name)
+
+    def matches(self, model: ModelConfig, gpu: GpuSpec, tp: int, kv_dtype: str) -> bool:
+        """Whether this artefact measured `model`'s shape and dtypes on `gpu` at tp 1."""
+        same_shape = all(getattr(self.model, f) == getattr(model, f) for f in SHAPE_FIELDS)
+        return (same_shape and tp == 1 and self.model.dtype == model.dtype == kv_dtype
+                and gpu.name == self.gpu_name)
+
+    def describe(self) -> str:
+        return (f"{self.source} ({len(self.points)} points of {self.model.name} on "
+                f"{self.device}, {self.date})")
+
+
+def model_of(raw: Any, source: str) -> ModelConfig:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: field 'model' must be an object")  # noqa: TRY004
+    try:
+        fields = {f: raw[f] for f in (*SHAPE_FIELDS, "name")}
+        dtype = _TORCH_DTYPES[raw["dtype"]]
+    except KeyError as exc:
+        raise ValueError(f"{source}: missing or unknown field model.{exc.args[0]}") from None
+    try:
+        return ModelConfig(dtype=dtype, num_params=1, max_context_len=1 << 30, **fields)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{source}: field 'model': {exc}") from None
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    """Read and check an artefact.
+
+    Raises:
+        ValueError: unreadable, not this format, an unknown GPU, no points (one line).
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a {FORMAT} file (field 'format')")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: field 'format_version' = {data.get('format_version')!r}: "
+                         f"this reader knows version {FORMAT_VERSION}")
+    device = data.get("device") or {}
+    gpu = resolve_gpu_name(str(device.get("name", "")))
+    if gpu is None:
+        raise ValueError(f"{path}: field 'device.name' = {device.get('name')!r} is no GPU "
+                         "preset (a calibration must be measured on a known GPU)")
+    points = [p for p in data.get("points") or [] if p.get("graph_s")]
+    if not points:
+        raise ValueError(f"{path}: field 'points' holds no point with a graph_s time")
+    if int(data.get("tp", 1)) != 1:
+        raise ValueError(f"{path}: field 'tp' = {data.get('tp')!r}: only tp 1 is measured")
+    return Calibration(str(path), model_of(data.get("model"), str(path)), gpu,
+                       str(device.get("name")), str(data.get("date", "?")), points)
+
+
+def shipped() -> list[Calibration]:
+    """Every artefact in sim/cost/calibrations/, by file name."""
+    return [replace(read_calibration(p), source=f"sim/cost/calibrations/{p.name}")
+            for p in sorted(SHIPPED_DIR.glob("*.json"))]
+
+
+def find_shipped(model: ModelConfig, gpu: GpuSpec, tp: int, kv_dtype: str) -> Calibration | None:
+    """The shipped artefacts measured for this model shape, GPU, dtypes and tp, joined into
+    one (their points together; the first file's name, the others counted), or None."""
+    found = [c for c in shipped() if c.matches(model, gpu, tp, kv_dtype)]
+    if not found:
+        return None
+    first = found[0]
+    source = first.source + (f" + {len(found) - 1} more" if len(found) > 1 else "")
+    return Calibration(source, first.model, first.gpu_name, first.device, first.date,
+                       [p for c in found for p in c.points])

@@ -1,0 +1,98 @@
+"""The terms of the fitted step model, and their least-squares fit.
+
+Per part p (attention, linear, other) and step kind k (decode, prefill, mixed), seconds:
+
+    t = floor[k,p] x launches_p + mem[k,p] x M_p + flop[k,p] x F_p + seq[k,p] x S
+
+M_p and F_p are the roofline's memory and compute seconds of the part at 100 % of the GPU's
+datasheet HBM bandwidth and tensor peak (sim/cost/step_roofline.py), so 1 / mem and 1 / flop
+are the part's efficiencies; `launches_p` counts the part's kernel launches per step, so
+`floor` is a latency floor per launch; `seq` a cost per scheduled sequence. The "other" part
+(norms, rotary, activation, MoE glue, embedding, argmax) has M = the bytes of about ten
+activation vectors per token and layer, and no FLOP term; neither has decode attention (its
+query-key pairs equal the keys it reads, so the two cannot be told apart). Linear rows are the tokens padded to
+vLLM's CUDA-graph capture sizes (as the executor runs them). Coefficients are non-negative,
+fitted by least squares on relative error (each row divided by its measured time): an exact
+search over the subsets of active terms (4 terms: 16 small numpy solves).
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from sim.cost.model_config import ModelConfig
+from sim.cost.step_roofline import RooflineStepModel
+
+PARTS = ("attention", "linear", "other")
+KINDS = ("decode", "prefill", "mixed")
+TERMS = ("floor", "mem", "flop", "seq")
+MAX_CAPTURE_SIZE = 512
+# vLLM's default capture sizes: [1, 2, 4] + range(8, 256, 8) + range(256, 513, 16).
+CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, MAX_CAPTURE_SIZE + 1, 16))
+OTHER_VECTORS_PER_LAYER = 10
+
+
+def padded_tokens(tokens: int) -> int:
+    """Rows through the linear layers: the next capture size, or `tokens` above them all."""
+    if tokens > MAX_CAPTURE_SIZE:
+        return tokens
+    return int(next(s for s in CAPTURE_SIZES if s >= tokens))
+
+
+def step_kind(num_decode: int, num_prefill: int) -> str:
+    return "mixed" if num_decode and num_prefill else ("decode" if num_decode else "prefill")
+
+
+def launches(model: ModelConfig, kind: str) -> tuple[int, int, int]:
+    """Kernel launches per step of (attention, linear, other), as the executed forward runs
+    them (kernels/execute/forward.py): cache write plus one or two attention kernels; QKV, O
+    and the MLP's GEMMs (MoE: router and two grouped GEMMs) plus the LM head; two norms,
+    rotary and activation (Q/K norm, MoE routing glue) plus embedding, final norm, argmax."""
+    layers = model.num_layers
+    attention = layers * (2 if kind != "mixed" else 3)
+    linear = layers * (5 if model.moe else (4 if model.gated_mlp else 3)) + 1
+    other = layers * (4 + model.qk_norm + 4 * model.moe) + 3
+    return attention, linear, other
+
+
+def features(roof: RooflineStepModel, num_decode: int, sum_decode_context: int,
+             prefills: Sequence[tuple[int, int]]) -> tuple[str, list[list[float]]]:
+    """The step's kind and, per part, the values of TERMS (see the module docstring)."""
+    kind = step_kind(num_decode, len(prefills))
+    seqs = num_decode + len(prefills)
+    tokens, keys, pairs = roof.batch_sums(num_decode, sum_decode_context, prefills)
+    rows = padded_tokens(tokens)
+    att_mem, att_flop = roof.attention_terms(tokens, keys, pairs)
+    lin_mem, lin_flop = roof.linear_terms(rows, seqs)
+    model = roof.model
+    other_mem = (rows * model.num_layers * OTHER_VECTORS_PER_LAYER * model.hidden_size
+                 * model.dtype_bytes / roof.gpu.hbm_bytes_per_s)
+    n_att, n_lin, n_other = launches(model, kind)
+    if kind == "decode":
+        att_flop = 0.0  # a decode's pairs equal its keys read: not separable from att_mem
+    return kind, [[n_att, att_mem, att_flop, seqs], [n_lin, lin_mem, lin_flop, seqs],
+                  [n_other, other_mem, 0.0, seqs]]
+
+
+def fit_nonnegative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Coefficients c >= 0 minimising sum(((x @ c) / y - 1)^2): the best unconstrained fit
+    over every subset of columns whose solution is non-negative."""
+    scaled = x / y[:, None]
+    ones = np.ones(len(y))
+    best, best_err = np.zeros(x.shape[1]), float(len(y))
+    for size in range(1, x.shape[1] + 1):
+        for cols in itertools.combinations(range(x.shape[1]), size):
+            sub = scaled[:, cols]
+            if not sub.any():
+                continue
+            coef, *_ = np.linalg.lstsq(sub, ones, rcond=None)
+            if (coef < 0).any():
+                continue
+            err = float(((sub @ coef - ones) ** 2).sum())
+            if err < best_err:
+                best = np.zeros(x.shape[1])
+                best[list(cols)] = coef
+                best_err = err
+    return best

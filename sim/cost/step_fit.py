@@ -1,0 +1,128 @@
+"""The fitted step model ('fit', 'fit:FILE') and the calibrated roofline ('calibrated').
+
+`fit_coefficients` fits the terms of sim/cost/fit_terms.py on the points of one or more
+calibration artefacts (executed steps, sim/cost/calibration.py): per step kind (decode,
+prefill, mixed) and part, the efficiencies, the floor per launch and the cost per sequence;
+then per kind the median ratio of the whole step's graph time to its parts' sum (their
+overlap). A kind with fewer than MIN_POINTS points borrows the coefficients fitted on all.
+'fit' uses the artefact measured for this model shape and GPU; 'calibrated' fits all shipped
+artefacts together and applies their efficiencies and floors to any model and GPU (each GPU's
+datasheet peaks): a prediction where nothing was measured. `overhead_s` keeps the roofline's
+CPU-side estimate; the GPU figures are what the executor measured (our kernels, not vLLM's).
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.cost.calibration import Calibration
+from sim.cost.fit_terms import KINDS, PARTS, features, fit_nonnegative
+from sim.cost.gpus import GpuSpec
+from sim.cost.model_config import ModelConfig
+from sim.cost.step_base import (
+    DEFAULT_PER_SEQ_OVERHEAD_S,
+    DEFAULT_STEP_OVERHEAD_S,
+    ZERO_STEP,
+    StepModel,
+    StepTime,
+)
+from sim.cost.step_roofline import RooflineStepModel
+
+MIN_POINTS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Coefficients:
+    """Per kind: one row of TERMS coefficients per part, and the graph / parts-sum ratio."""
+
+    terms: dict[str, np.ndarray]
+    ratio: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One executed point as the fit sees it."""
+
+    kind: str
+    rows: list[list[float]]
+    parts: tuple[float, float, float]
+    graph_s: float
+
+
+def point_batch(point: dict[str, object]) -> tuple[int, int, list[tuple[int, int]]]:
+    """(decodes, sum of decode contexts, prefill chunks) of an artefact point."""
+    decodes, ctx = int(point["num_decode"]), int(point["decode_context"])  # type: ignore[call-overload]
+    new, prefix = int(point["prefill_new"]), int(point["prefill_prefix"])  # type: ignore[call-overload]
+    return decodes, decodes * ctx, [(new, prefix)] if new else []
+
+
+def samples(cal: Calibration, points: Iterable[dict[str, object]] | None = None) -> list[Sample]:
+    """The artefact's points (or the given subset) with parts measured, as fit samples."""
+    roof = RooflineStepModel(cal.model, cal.gpu)
+    out = []
+    for p in cal.points if points is None else points:
+        parts = tuple(p.get(f"{part}_s") for part in PARTS)
+        if any(not isinstance(v, float) or v <= 0 for v in parts):
+            continue
+        decodes, ctx_sum, prefills = point_batch(p)
+        if roof.decode_context_cap is not None and decodes:
+            ctx_sum = decodes * min(ctx_sum // decodes, roof.decode_context_cap)
+        kind, rows = features(roof, decodes, ctx_sum, prefills)
+        out.append(Sample(kind, rows, parts, float(p["graph_s"])))  # type: ignore[arg-type]
+    return out
+
+
+def _fit_parts(group: Sequence[Sample]) -> np.ndarray:
+    return np.array([fit_nonnegative(np.array([s.rows[i] for s in group]),
+                                     np.array([s.parts[i] for s in group]))
+                     for i in range(len(PARTS))])
+
+
+def fit_coefficients(data: Sequence[Sample]) -> Coefficients:
+    """Fit every kind (see the module docstring). Raises ValueError without samples."""
+    if len(data) < MIN_POINTS:
+        raise ValueError(f"a fit needs at least {MIN_POINTS} points with attention_s, "
+                         f"linear_s and other_s measured; got {len(data)}")
+    pooled = _fit_parts(data)
+    terms, ratio = {}, {}
+    for kind in KINDS:
+        group = [s for s in data if s.kind == kind]
+        terms[kind] = _fit_parts(group) if len(group) >= MIN_POINTS else pooled
+        ratio[kind] = statistics.median(s.graph_s / sum(s.parts) for s in (group or data))
+    return Coefficients(terms, ratio)
+
+
+class FitStepModel(StepModel):
+    """Step time from fitted terms over the roofline's per-part quantities."""
+
+    def __init__(self, model: ModelConfig, gpu: GpuSpec, tp: int, coef: Coefficients,
+                 description: str, *, kv_cache_dtype: str = "auto",
+                 overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+                 per_seq_overhead_s: float = DEFAULT_PER_SEQ_OVERHEAD_S) -> None:
+        self.roof = RooflineStepModel(model, gpu, tp, kv_cache_dtype=kv_cache_dtype)
+        self.decode_context_cap = self.roof.decode_context_cap
+        self.coef, self.description = coef, description
+        # Plain floats: a numpy dot of four values per part costs more than the sums.
+        self._terms = {kind: [[float(c) for c in row] for row in coef.terms[kind]]
+                       for kind in coef.terms}
+        self.overhead_s, self.per_seq_overhead_s = overhead_s, per_seq_overhead_s
+
+    def gpu_parts(self, num_decode: int, sum_decode_context: int,
+                  prefills: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
+        """Predicted (attention, linear, other) GPU seconds, the overlap ratio applied."""
+        kind, rows = features(self.roof, num_decode, sum_decode_context, prefills)
+        terms, ratio = self._terms[kind], self.coef.ratio[kind]
+        att, lin, other = (sum(c * v for c, v in zip(terms[i], rows[i])) * ratio
+                           for i in range(3))
+        return att, lin, other
+
+    def predict_split(self, num_decode: int, sum_decode_context: int,
+                      prefills: Sequence[tuple[int, int]]) -> StepTime:
+        num_seqs = num_decode + len(prefills)
+        if num_seqs == 0:
+            return ZERO_STEP
+        att, lin, other = self.gpu_parts(num_decode, sum_decode_context, prefills)
+        return StepTime(att, lin + other, self.overhead_s + self.per_seq_overhead_s * num_seqs)

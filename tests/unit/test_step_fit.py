@@ -1,0 +1,120 @@
+"""The fitted step model: least squares recovers known terms; specs fit:FILE, fit, auto."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sim.cost.calibration import read_calibration
+from sim.cost.fit_terms import KINDS, features, fit_nonnegative, padded_tokens
+from sim.cost.gpus import get_gpu
+from sim.cost.models import get_model
+from sim.cost.step_extras import ExtendedStepModel
+from sim.cost.step_fit import fit_coefficients, point_batch, samples
+from sim.cost.step_model import make_step_model
+from sim.cost.step_roofline import RooflineStepModel
+from sim.results.alloc_log import architecture
+
+MODEL, GPU = get_model("Llama-3-8B"), get_gpu("H200-141GB")
+# (decodes, decode context, prefill tokens, cached prefix), as benchmarks/calibrate.py's grids.
+GRID = ([(b, c, 0, 0) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) for c in (128, 1024, 4096,
+                                                                          16384)]
+        + [(0, 0, n, p) for n in (16, 64, 256, 1024, 4096) for p in (0, 1024, 8192)]
+        + [(b, c, n, 0) for b in (4, 16, 64) for c in (1024, 4096) for n in (64, 512, 2048)])
+# Known terms per kind: (floor per launch s, 1 / memory efficiency, 1 / compute efficiency,
+# s per sequence) for attention, linear, other.
+TRUE = {"decode": [[6e-6, 1 / 0.8, 0.0, 2e-6], [3e-6, 1 / 0.87, 1 / 0.6, 0.0],
+                   [2e-6, 1 / 0.5, 0.0, 1e-7]],
+        "prefill": [[8e-6, 1 / 0.7, 1 / 0.45, 0.0], [3e-6, 1 / 0.85, 1 / 0.7, 0.0],
+                    [2e-6, 1 / 0.6, 0.0, 0.0]],
+        "mixed": [[9e-6, 1 / 0.75, 1 / 0.5, 1e-6], [3e-6, 1 / 0.85, 1 / 0.65, 0.0],
+                  [2e-6, 1 / 0.55, 0.0, 0.0]]}
+
+
+def _points(noise: float, seed: int = 0, name: str = "Llama-3-8B") -> list[dict[str, Any]]:
+    roof, rng, out = RooflineStepModel(get_model(name), GPU), random.Random(seed), []
+    for b, c, n, p in GRID:
+        point = {"num_decode": b, "decode_context": c, "prefill_new": n, "prefill_prefix": p}
+        kind, rows = features(roof, *point_batch(point))
+        parts = [float(np.dot(TRUE[kind][i], rows[i])) * (1 + rng.gauss(0, noise))
+                 for i in range(3)]
+        out.append({**point, "kind": kind, "attention_s": parts[0], "linear_s": parts[1],
+                    "other_s": parts[2], "graph_s": 0.97 * sum(parts)})
+    return out
+
+
+def _artefact(tmp_path: Path, points: list[dict[str, Any]], name: str = "Llama-3-8B",
+              file: str = "cal.json") -> Path:
+    m = get_model(name)
+    model = {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
+             "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "dtype": "bfloat16",
+             "sliding_window": m.sliding_window, **architecture(m)}
+    path = tmp_path / file
+    path.write_text(json.dumps({"format": "pagedsim-step-calibration", "format_version": 1,
+                                "model": model, "tp": 1, "device": {"name": "NVIDIA H200"},
+                                "date": "2026-12-01T00:00:00Z", "points": points}))
+    return path
+
+
+def test_nonnegative_fit_is_exact_and_clamps() -> None:
+    """Exact data gives its coefficients back; a negative best fit drops that column."""
+    x = np.array([[1.0, 2.0], [1.0, 5.0], [1.0, 9.0], [1.0, 4.0]])
+    assert fit_nonnegative(x, x @ np.array([0.5, 2.0])) == pytest.approx([0.5, 2.0])
+    coef = fit_nonnegative(x, x @ np.array([5.0, -0.1]))
+    assert (coef >= 0).all() and coef[1] == 0
+
+
+def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:
+    """On noise-free synthetic points of three model shapes (the calibrated roofline's pooled
+    fit) each kind's terms and the overlap ratio come back. One shape alone cannot separate a
+    step's launch floors from its weight reads (both constant): see the held-out test."""
+    data = [s for name in ("Llama-3-8B", "Qwen3-14B", "Qwen3-30B-A3B")
+            for s in samples(read_calibration(_artefact(tmp_path, _points(0.0, name=name),
+                                                        name, f"{name}.json")))]
+    coef = fit_coefficients(data)
+    for kind in KINDS:
+        assert coef.ratio[kind] == pytest.approx(0.97)
+        for got, want in zip(coef.terms[kind], TRUE[kind]):
+            assert got == pytest.approx(want, rel=1e-4, abs=1e-9), kind
+
+
+def test_fit_predicts_held_out_points_under_noise(tmp_path: Path) -> None:
+    """Fitted on every other point with 3 % noise: held-out totals within 3 % (median)."""
+    points = _points(0.03)
+    fitted, held = points[::2], points[1::2]
+    path = _artefact(tmp_path, fitted)
+    model = make_step_model(f"fit:{path}", MODEL, GPU)
+    errors = []
+    for p in held:
+        decodes, _, prefills = point_batch(p)
+        batch = [(1, p["decode_context"])] * decodes + prefills
+        gpu = model.predict(batch)
+        errors.append(abs((gpu.attention_s + gpu.linear_s) / p["graph_s"] - 1))
+    assert float(np.median(errors)) < 0.03
+    assert model.description.startswith(f"fit: {path} ({len(fitted)} points of Llama-3-8B")
+
+
+def test_fit_refuses_another_model_and_names_the_file(tmp_path: Path) -> None:
+    path = _artefact(tmp_path, _points(0.0), "Qwen2.5-7B")
+    with pytest.raises(ValueError, match=r"cal.json was measured for Qwen2.5-7B.*calibrated"):
+        make_step_model(f"fit:{path}", MODEL, GPU)
+    with pytest.raises(ValueError, match="not a pagedsim-step-calibration file"):
+        (tmp_path / "x.json").write_text("{}")
+        make_step_model(f"fit:{tmp_path / 'x.json'}", MODEL, GPU)
+
+
+def test_auto_without_a_shipped_calibration_is_the_roofline() -> None:
+    """auto on a GPU with no artefact is the plain roofline, and says so."""
+    step = make_step_model("auto", get_model("OPT-13B"), get_gpu("A100-80GB"))
+    assert isinstance(step, ExtendedStepModel) and isinstance(step.base, RooflineStepModel)
+    assert "uncalibrated" in step.description and "OPT-13B" in step.description
+    assert make_step_model("roofline", MODEL, GPU).description.startswith("roofline; CPU 2 ms")
+
+
+def test_padding_follows_capture_sizes() -> None:
+    assert [padded_tokens(n) for n in (1, 3, 9, 255, 257, 512, 513)] == [1, 4, 16, 256, 272,
+                                                                          512, 513]
