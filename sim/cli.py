@@ -40,6 +40,7 @@ from sim.cost.capacity import plan_kv_capacity
 from sim.cost.gpus import make_gpu
 from sim.cost.models import get_model
 from sim.engine import build_costs
+from sim.results.rundir import Staging
 from sim.workload.source import TraceLoader, load_input
 from traces import Trace, TraceError
 
@@ -83,7 +84,13 @@ def build_parser() -> Parser:
                    help="roofline[:k=v,...], poly:FILE or table:FILE")
     _cache_options(p.add_argument_group("KV cache and scheduler"))
     _run_options(p.add_argument_group("workload and run"))
+    _result_options(p.add_argument_group("results directory"))
     return p
+
+
+def _result_options(r: argparse._ArgumentGroup) -> None:
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace an --out directory that exists and is not empty")
 
 
 def _cache_options(c: argparse._ArgumentGroup) -> None:
@@ -241,8 +248,10 @@ def describe(config: RunConfig, trace: Trace) -> str:
     return "\n".join(lines)
 
 
-def run_options(options: Options, loader: TraceLoader = traces) -> int:
-    """Resolve, load the trace, print the configuration and compare every allocator.
+def run_options(options: Options, loader: TraceLoader = traces,
+                staging: Staging | None = None) -> int:
+    """Resolve, load the trace, print the configuration and compare every allocator (the
+    files go to ``staging``'s temporary directory when given, see sim/results/rundir.py).
 
     Returns the exit status; InputError propagates (status 2 for the caller to give).
     """
@@ -252,14 +261,14 @@ def run_options(options: Options, loader: TraceLoader = traces) -> int:
     except (TraceError, OSError) as exc:
         raise InputError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
     print(describe(config, trace), flush=True)
-    return compare(config, options, trace, sha)
+    return compare(config, options, trace, sha, staging)
 
 
-def run(options: Options) -> int:
+def run(options: Options, staging: Staging | None = None) -> int:
     """``run_options`` for the command line: a refused option or input is one line on
     stderr and exit status 2."""
     try:
-        return run_options(options)
+        return run_options(options, staging=staging)
     except InputError as exc:
         print(f"simulate.py: error: {exc}", file=sys.stderr)
         return 2

@@ -88,6 +88,7 @@ class Options:
     report: bool = False
     validate: bool = False
     sweep: str | None = None
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
