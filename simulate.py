@@ -30,7 +30,7 @@ INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT), as a shell reports it."""
 CPU_VALIDATE_STEPS = 20
 """--validate without CUDA: attention compared on the first steps (and every step with a
-copy, swap, preemption or prefix hit), on a shrunk layer."""
+copy, swap, preemption or prefix hit), on a shrunk layer; every step is replayed."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,7 +105,8 @@ def report(path: Path, target: Path) -> int:
 
 def validate(path: Path) -> int:
     """--validate: the kernels replay the allocation log (their exit status). Without a
-    CUDA device, the CPU path on a shrunk layer, as benchmarks/validate_suite.py runs it."""
+    CUDA device, the CPU path on a shrunk layer as benchmarks/validate_suite.py runs it, with
+    torch's paged gathers for attention (the Triton interpreter needs minutes per prefill)."""
     try:
         import torch  # optional: the kernels need it
 
@@ -114,10 +115,13 @@ def validate(path: Path) -> int:
         return fail(f"--validate needs kernels.validate, which is not available ({exc})")
     args = [str(path / "allocation_log.jsonl.gz")]
     if not torch.cuda.is_available():
-        print(f"validate: no CUDA device: the CPU check on a shrunk layer (1 KV head x 16, "
-              f"fp32; attention compared on the first {CPU_VALIDATE_STEPS} steps and every "
-              f"step with a copy, swap, preemption or prefix hit)", flush=True)
-        args += ["--device", "cpu", *kernels_validate.cpu_args(CPU_VALIDATE_STEPS)]
+        print(f"validate: no CUDA device: block tables replayed on the CPU on a shrunk layer "
+              f"(1 KV head x 16, fp32), attention by torch's paged gathers against the float64 "
+              f"reference on the first {CPU_VALIDATE_STEPS} steps and every step with a copy, "
+              f"swap, preemption or prefix hit; the Triton kernels run with a CUDA device",
+              flush=True)
+        args += ["--device", "cpu", "--backend", "torch",
+                 *kernels_validate.cpu_args(CPU_VALIDATE_STEPS)]
     return int(kernels_validate.main(args) or 0)
 
 
