@@ -178,9 +178,12 @@ def _in_workers(config: RunConfig, trace: Trace, bar: Any, done: dict[str, Outco
                 ours, theirs = context.Pipe(duplex=False)
                 worker = context.Process(target=_worker,
                                          args=(todo.pop(0), config, trace, theirs), daemon=True)
-                worker.start()
-                theirs.close()
-                live[ours] = worker
+                # CPython ignores a KeyboardInterrupt raised in its after-fork hooks: hold
+                # Ctrl-C back until the worker is started and registered
+                with deferred_interrupt():
+                    worker.start()
+                    theirs.close()
+                    live[ours] = worker
             for conn in wait(list(live)):
                 assert isinstance(conn, Connection)
                 _receive(conn, live, bar, done)
