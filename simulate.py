@@ -94,6 +94,10 @@ def report(path: Path, target: Path) -> int:
     try:
         page = build_report(path, scratch)
         for entry in scratch.iterdir():
+            if entry.suffix in (".html", ".md"):  # they name the directory they read
+                text = entry.read_text(encoding="utf-8")
+                entry.write_text(text.replace(str(path.resolve()), str(target.resolve())),
+                                 encoding="utf-8")
             os.replace(entry, path / entry.name)
     except (ValueError, OSError) as exc:
         return fail(f"--report: {exc}")

@@ -166,3 +166,15 @@ def test_ctrl_c_before_anything_finished_writes_nothing(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines()[-1] == (
         "simulate.py: interrupted before any allocator finished; nothing written")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_report_is_built_in_the_staging_directory(tmp_path: Path) -> None:
+    """--report: report.html and plots/ land with the results, name the final directory, and
+    nothing temporary is left."""
+    out = tmp_path / "run"
+    code = main([*TINY, "--allocators", "paged", "--out", str(out), "--report"])
+    assert code == 0
+    html = (out / "report.html").read_text()
+    assert str(out.resolve()) in html and ".tmp-" not in html
+    assert any((out / "plots").iterdir())
+    assert _leftovers(tmp_path) == [] and _leftovers(out) == []
