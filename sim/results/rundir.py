@@ -38,6 +38,9 @@ def default_target(trace: str | None, now: float | None = None) -> Path:
 def target_dir(out: str | None, trace: str | None, overwrite: bool) -> Path:
     """The run's results directory, checked (raises OptionError, one line naming --out)."""
     target = Path(out) if out else default_target(trace)
+    if Path.cwd().is_relative_to(target.resolve()):
+        raise OptionError("out", f"--out {out}: holds the current directory; choose a "
+                                 "directory of its own")
     if os.path.lexists(target):
         if not target.is_dir():
             raise OptionError("out", f"--out {target}: exists and is not a directory")

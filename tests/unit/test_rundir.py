@@ -38,6 +38,15 @@ def test_explicit_out_refused_when_not_empty_unless_overwrite(tmp_path: Path) ->
         target_dir(str(tmp_path / "old.txt" / "sub" / "out"), None, False)
 
 
+def test_the_current_directory_is_refused(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """--out . (or a parent of it) would be renamed away under the running process."""
+    monkeypatch.chdir(tmp_path)
+    for out in (".", str(tmp_path.parent)):
+        with pytest.raises(OptionError, match="current directory"):
+            target_dir(out, None, True)
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_unwritable_parent_is_refused(tmp_path: Path) -> None:
     locked = tmp_path / "locked"
