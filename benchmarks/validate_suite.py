@@ -84,15 +84,14 @@ def validate(out: Path, names: list[str], device: str, steps: int | None) -> lis
     Rows are written to DIR/suite.json and DIR/suite.md after each scenario, so a run cut
     short still leaves what it measured; an exception fails that scenario only.
     """
-    from kernels.validate import Options, format_section, validate_log, write_report
+    from kernels.validate import CPU_SHRINK, Options, format_section, validate_log, write_report
 
     rows: list[dict[str, Any]] = []
     for name in names:
         log = out / name / "allocation_log.jsonl.gz"
         cpu = device == "cpu"
         n = steps if steps is not None else (20 if cpu else SCENARIOS[name][2])
-        opts = Options(device=device, steps=n, dtype="fp32" if cpu else None,
-                       max_kv_heads=1 if cpu else None, head_dim=16 if cpu else None)
+        opts = Options(device=device, steps=n, **(CPU_SHRINK if cpu else {}))
         start = time.perf_counter()
         try:
             results = validate_log(log, opts)

@@ -55,6 +55,7 @@ from sim.release import (
     resolve_profile,
 )
 from sim.results.bench import check_bench_options
+from sim.results.rundir import Staging
 from sim.sched.spec_rules import check_spec_trace, describe_spec, scheduler_fields
 from sim.workload.source import TraceLoader, load_input
 from traces import Trace, TraceError
@@ -95,7 +96,8 @@ def build_parser() -> Parser:
                    help="override dense TFLOP/s")
     g.add_argument("--gpu-pcie-gbps", type=float, default=D.gpu_pcie_gbps,
                    help="override PCIe GB/s")
-    g.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=D.tp, help="tensor-parallel degree")
+    g.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=D.tp,
+                   help="tensor-parallel degree")
     g.add_argument("--step-model", default=D.step_model,
                    help="auto (fit where a shipped calibration matches, else roofline), "
                    "roofline[:k=v,...], fit[:FILE], calibrated, poly:FILE or table:FILE")
@@ -105,6 +107,7 @@ def build_parser() -> Parser:
     add_release_options(p.add_argument_group("vLLM release and scheduling policy"), D)
     add_convention_options(p)
     _spec_options(p.add_argument_group("speculative decoding and async scheduling"))
+    _result_options(p.add_argument_group("results directory"))
     return p
 
 
@@ -115,6 +118,11 @@ def _timing_options(t: argparse._ArgumentGroup) -> None:
                    help="CPU side of a step, ms (default: the step model's, 2 ms)")
     t.add_argument("--cpu-per-seq-us", type=float, default=D.cpu_per_seq_us,
                    help="CPU side per scheduled sequence, us (default: the step model's, 10)")
+
+
+def _result_options(r: argparse._ArgumentGroup) -> None:
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace an --out directory that exists and is not empty")
 
 
 def _cache_options(c: argparse._ArgumentGroup) -> None:
@@ -306,8 +314,10 @@ def describe(config: RunConfig, trace: Trace) -> str:
     return "\n".join(lines)
 
 
-def run_options(options: Options, loader: TraceLoader = traces) -> int:
-    """Resolve, load the trace, print the configuration and compare every allocator.
+def run_options(options: Options, loader: TraceLoader = traces,
+                staging: Staging | None = None) -> int:
+    """Resolve, load the trace, print the configuration and compare every allocator (the
+    files go to ``staging``'s temporary directory when given, see sim/results/rundir.py).
 
     Returns the exit status; InputError propagates (status 2 for the caller to give).
     """
@@ -318,14 +328,14 @@ def run_options(options: Options, loader: TraceLoader = traces) -> int:
         raise InputError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
     check_spec_trace(config, trace)
     print(describe(config, trace), flush=True)
-    return compare(config, options, trace, sha)
+    return compare(config, options, trace, sha, staging)
 
 
-def run(options: Options) -> int:
+def run(options: Options, staging: Staging | None = None) -> int:
     """``run_options`` for the command line: a refused option or input is one line on
     stderr and exit status 2."""
     try:
-        return run_options(options)
+        return run_options(options, staging=staging)
     except InputError as exc:
         print(f"simulate.py: error: {exc}", file=sys.stderr)
         return 2

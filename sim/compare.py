@@ -13,9 +13,10 @@ each is written atomically.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import sys
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,16 @@ from sim.results.outputs import (
     write_json,
     write_tables,
 )
+from sim.results.rejections import all_rejected, rejection_warnings
+from sim.results.rundir import Staging, deferred_interrupt
 from sim.results.table import comparison_table
 from sim.sched.scheduler import SimulationError
 from traces import Trace, summarize
 
 PROGRESS_EVERY = 64
 """Requests that leave between two progress reports of a replay."""
+ALL_REJECTED = 2
+"""Exit status of a run in which every allocator rejected every request (results written)."""
 
 
 @dataclass(slots=True)
@@ -86,67 +91,133 @@ def _with_name(name: str, columns: dict[str, list[Any]]) -> dict[str, list[Any]]
     return {"allocator": [name] * size, **columns}
 
 
-def compare(config: RunConfig, options: Options, trace: Trace, trace_sha256: str | None) -> int:
-    """Simulate each allocator; write outputs; return the exit status (0, or 1 on a failure)."""
+def compare(config: RunConfig, options: Options, trace: Trace, trace_sha256: str | None,
+            staging: Staging | None = None) -> int:
+    """Simulate each allocator; write outputs; return the exit status (0; 1 on a failure; 2
+    when every allocator rejected every request).
+
+    Files go to ``staging``'s temporary directory (created here, before anything is
+    simulated), else straight to the configured directory. On Ctrl-C the allocators that
+    finished are written with ``"complete": false`` and KeyboardInterrupt is raised again.
+    """
+    if staging is not None:
+        config = replace(config, output=replace(config.output, out_dir=staging.open()))
     bar = (tqdm(total=len(trace) * len(config.allocators), unit="req", file=sys.stderr,
                 dynamic_ncols=True, mininterval=0.5) if config.output.progress else None)
+    finished: dict[str, Outcome] = {}
+    interrupted = False
     try:
         if min(config.jobs, len(config.allocators)) > 1:
-            outcomes = _in_workers(config, trace, bar)
+            _in_workers(config, trace, bar, finished)
         else:
-            outcomes = [replay_allocator(name, config, trace, bar.update if bar else None)
-                        for name in config.allocators]
+            for name in config.allocators:
+                finished[name] = replay_allocator(name, config, trace,
+                                                  bar.update if bar else None)
+                _say_finished(finished[name], bar)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         if bar is not None:
             bar.close()
-    status = 0
-    for outcome in outcomes:
-        if outcome.error is not None:
-            print(f"simulate.py: error: {outcome.error}", file=sys.stderr)
-            status = 1
-    bench = write_results(config, options, trace, trace_sha256, outcomes)
+    outcomes = [finished[name] for name in config.allocators if name in finished]
+    if interrupted and not outcomes:
+        _drop_sections(config.output.out_dir)
+        raise KeyboardInterrupt
+    status = _report_errors(outcomes)
+    with deferred_interrupt():
+        warnings, bench = write_results(config, options, trace, trace_sha256, outcomes,
+                                        complete=not interrupted)
+        if interrupted:
+            _drop_sections(config.output.out_dir)
     done = {o.name: o.summary for o in outcomes if o.summary is not None}
     counters = {o.name: o.counters or {} for o in outcomes if o.summary is not None}
     print(comparison_table(done, counters), flush=True)
     if options.goodput:
         print(goodput_line(bench), flush=True)
+    for entry in warnings:
+        print(f"simulate.py: warning: {entry['message']}", file=sys.stderr)
+    if interrupted:
+        raise KeyboardInterrupt
+    if status == 0 and all_rejected(done):
+        cause = warnings[0]["message"].split(": ", 1)[-1] if warnings else "see requests.parquet"
+        print(f"simulate.py: error: every allocator rejected every request: {cause}",
+              file=sys.stderr)
+        return ALL_REJECTED
     return status
 
 
-def _in_workers(config: RunConfig, trace: Trace, bar: Any) -> list[Outcome]:
-    """Every allocator in its own worker process, ``config.jobs`` at a time."""
+def _drop_sections(out: Path) -> None:
+    """Remove the log sections of allocators that did not finish (their temporary files)."""
+    for section in out.glob(".allocation_log.*"):
+        section.unlink(missing_ok=True)
+
+
+def _report_errors(outcomes: list[Outcome]) -> int:
+    status = 0
+    for outcome in outcomes:
+        if outcome.error is not None:
+            print(f"simulate.py: error: {outcome.error}", file=sys.stderr)
+            status = 1
+    return status
+
+
+def _say_finished(outcome: Outcome, bar: Any) -> None:
+    """With the progress bar: one line as each allocator finishes."""
+    if bar is not None:
+        wall = outcome.summary["wall_s"] if outcome.summary is not None else None
+        tqdm.write(f"{outcome.name} finished" + (f" ({wall:.1f} s)" if wall is not None
+                                                  else " (failed)"), file=sys.stderr)
+
+
+def _in_workers(config: RunConfig, trace: Trace, bar: Any, done: dict[str, Outcome]) -> None:
+    """Every allocator in its own worker process, ``config.jobs`` at a time; each outcome
+    goes into ``done`` as it arrives. Ctrl-C stops the workers (they ignore SIGINT)."""
     methods = multiprocessing.get_all_start_methods()
     context: Any = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     todo = list(config.allocators)
     live: dict[Connection, Any] = {}
-    done: dict[str, Outcome] = {}
-    while todo or live:
-        while todo and len(live) < config.jobs:
-            ours, theirs = context.Pipe(duplex=False)
-            worker = context.Process(target=_worker, args=(todo.pop(0), config, trace, theirs),
-                                     daemon=True)
-            worker.start()
-            theirs.close()
-            live[ours] = worker
-        for conn in wait(list(live)):
-            assert isinstance(conn, Connection)
-            try:
-                kind, value = conn.recv()
-            except EOFError:
-                kind, value = "crash", f"exit status {live[conn].exitcode}"
-            if kind == "progress":
-                if bar is not None:
-                    bar.update(value)
-                continue
-            live.pop(conn).join()
-            if kind != "done":
-                raise RuntimeError(f"an allocator's worker process failed: {value}")
-            done[value.name] = value
-    return [done[name] for name in config.allocators]
+    try:
+        while todo or live:
+            while todo and len(live) < config.jobs:
+                ours, theirs = context.Pipe(duplex=False)
+                worker = context.Process(target=_worker,
+                                         args=(todo.pop(0), config, trace, theirs), daemon=True)
+                # CPython ignores a KeyboardInterrupt raised in its after-fork hooks: hold
+                # Ctrl-C back until the worker is started and registered
+                with deferred_interrupt():
+                    worker.start()
+                    theirs.close()
+                    live[ours] = worker
+            for conn in wait(list(live)):
+                assert isinstance(conn, Connection)
+                _receive(conn, live, bar, done)
+    finally:
+        for worker in live.values():
+            worker.terminate()
+            worker.join()
+
+
+def _receive(conn: Connection, live: dict[Connection, Any], bar: Any,
+             done: dict[str, Outcome]) -> None:
+    try:
+        kind, value = conn.recv()
+    except EOFError:
+        kind, value = "crash", f"exit status {live[conn].exitcode}"
+    if kind == "progress":
+        if bar is not None:
+            bar.update(value)
+        return
+    live.pop(conn).join()
+    if kind != "done":
+        raise RuntimeError(f"an allocator's worker process failed: {value}")
+    done[value.name] = value
+    _say_finished(value, bar)
 
 
 def _worker(name: str, config: RunConfig, trace: Trace, conn: Connection) -> None:
-    """A worker process: replay one allocator, send its progress and then its outcome."""
+    """A worker process: replay one allocator, send its progress and then its outcome.
+    Ctrl-C is the parent's to handle: the worker ignores SIGINT and is stopped by it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         def progress(num: int) -> None:
             conn.send(("progress", num))
@@ -160,20 +231,26 @@ def _worker(name: str, config: RunConfig, trace: Trace, conn: Connection) -> Non
 
 
 def write_results(config: RunConfig, options: Options, trace: Trace, trace_sha256: str | None,
-                  outcomes: list[Outcome]) -> dict[str, Any]:
+                  outcomes: list[Outcome], complete: bool = True
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """summary.json, requests.parquet, steps.parquet, config.json, trace_summary.json and,
-    when recorded, the allocation log; returns summary.json's "bench" entry."""
+    when recorded, the allocation log; ``complete`` is False when Ctrl-C stopped the run.
+    Returns summary.json's warnings (rejected and truncated requests) and its "bench" entry."""
     out = config.output.out_dir
     path = config.workload.trace
     ok = [o for o in outcomes if o.error is None]
+    warnings = rejection_warnings(config, {o.name: o.requests for o in ok}, len(trace))
     bench = bench_section(config, options, trace, ok)
     write_json(out / "summary.json", {
         "schema_version": SCHEMA_VERSION, "pagedsim_version": pagedsim_version(),
         "trace": {"path": path, "sha256": trace_sha256, "format": trace.metadata.format,
                   "num_requests": len(trace)},
+        "complete": complete,
         "allocators": {o.name: o.summary for o in ok},
         "counters": {o.name: o.counters for o in ok},
         "bench": bench,
+        "warnings": warnings,
+        "all_rejected": all_rejected({o.name: o.summary for o in ok if o.summary}),
     })
     if options.json:
         write_bench_json(Path(options.json), config, bench)
@@ -188,7 +265,7 @@ def write_results(config: RunConfig, options: Options, trace: Trace, trace_sha25
     sections = [o.log_section for o in outcomes if o.log_section is not None]
     if config.output.record_log:
         assemble(out, sections)
-    return bench
+    return warnings, bench
 
 
 def config_record(config: RunConfig, options: Options) -> dict[str, Any]:

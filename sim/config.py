@@ -128,6 +128,7 @@ class Options:
     tp_comm: bool = True
     cpu_overhead_ms: float | None = None
     cpu_per_seq_us: float | None = None
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vllm_overrides", tuple(self.vllm_overrides or ()))

@@ -10,7 +10,15 @@ allocator mistakes to prove they are caught (``mutate.py``) and formats the resu
 from __future__ import annotations
 
 from kernels.validate.report import SectionResult, format_section
-from kernels.validate.run import Options, main, validate_log, validate_section, write_report
+from kernels.validate.run import (
+    CPU_SHRINK,
+    Options,
+    cpu_args,
+    main,
+    validate_log,
+    validate_section,
+    write_report,
+)
 
-__all__ = ["Options", "SectionResult", "format_section", "main", "validate_log",
-           "validate_section", "write_report"]
+__all__ = ["CPU_SHRINK", "Options", "SectionResult", "cpu_args", "format_section", "main",
+           "validate_log", "validate_section", "write_report"]

@@ -32,6 +32,17 @@ from kernels.validate.ops import ValidationError, after_step, apply_moves, check
 from kernels.validate.report import SectionResult, finish_timing, format_section
 from kernels.validate.setup import Layout, make_replay
 
+CPU_SHRINK: dict[str, Any] = {"dtype": "fp32", "max_kv_heads": 1, "head_dim": 16}
+"""The shrunk layer of a validation on the CPU (1 KV head x 16, fp32): the Triton
+interpreter runs the real layer's kernels far too slowly."""
+
+
+def cpu_args(steps: int) -> list[str]:
+    """``main``'s arguments for a CPU validation on the shrunk layer, comparing attention on
+    the first ``steps`` steps (and every step with a copy, swap, preemption or prefix hit)."""
+    return ["--steps", str(steps), "--dtype", CPU_SHRINK["dtype"], "--max-kv-heads",
+            str(CPU_SHRINK["max_kv_heads"]), "--head-dim", str(CPU_SHRINK["head_dim"])]
+
 
 @dataclass(slots=True)
 class Options:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.cli import resolve, run_options
+from sim.compare import ALL_REJECTED
 from sim.config import OPTION_TYPES, InputError, OptionError, Options, flag
 from sim.sweep.spec import value_text
 from sim.sweep.store import CELL_FILE, ERROR_FILE, SCHEMA_VERSION, commit, make_temp, write_json
@@ -142,7 +143,9 @@ def base_rate(values: dict[str, Any], cache: TraceCache) -> float | None:
 
 
 def run_cell(values: dict[str, Any], out_dir: Path, trace_cache: TraceCache) -> dict[str, Any]:
-    """Run ``simulate.py OPTIONS --out out_dir``; returns the parsed summary.json.
+    """Run ``simulate.py OPTIONS --out out_dir``; returns the parsed summary.json. A run in
+    which every allocator rejected every request is a finished cell (its latencies are null,
+    so a capacity probe counts it as a miss).
 
     Raises:
         CellError: refused options, unreadable input, or a nonzero exit status.
@@ -151,10 +154,12 @@ def run_cell(values: dict[str, Any], out_dir: Path, trace_cache: TraceCache) -> 
         status = run_options(cell_options(values, out_dir), trace_cache)
     except InputError as exc:
         raise CellError(str(exc)) from None
-    if status != 0:
+    if status not in (0, ALL_REJECTED):
         raise CellError(f"simulate.py exited with status {status}")
     with (out_dir / "summary.json").open(encoding="utf-8") as fh:
         summary: dict[str, Any] = json.load(fh)
+    if status != 0 and not summary.get("all_rejected"):
+        raise CellError(f"simulate.py exited with status {status}")
     return summary
 
 

@@ -146,9 +146,11 @@ class Workload:
     def _prefetch(self, index: int) -> None:
         """Make row ``index``'s window of PREFETCH rows ready: the derived rows' tokens (and
         fast block hashes) in one vectorised pass. Windows are fixed (``index // PREFETCH``),
-        so what a row gets never depends on when it was asked for."""
+        so what a row gets never depends on when it was asked for. Rows whose prompt will be
+        rejected (``max_model_len`` or more) are skipped: their tokens are never needed."""
         first = index // PREFETCH * PREFETCH
-        rows = [i for i in range(first, min(first + PREFETCH, len(self.ids))) if self.derived[i]]
+        rows = [i for i in range(first, min(first + PREFETCH, len(self.ids)))
+                if self.derived[i] and self.prompt_lens[i] < self.max_model_len]
         tokens, offsets = derive_token_runs(
             self.seed, [str(self.ids[i]) for i in rows],
             [self.prompt_lens[i] + self.output_len(i) for i in rows], self.trace.vocab_size)

@@ -153,3 +153,19 @@ def test_real_capacity_matches_hand_calculation(tmp_path: Path,
         assert row["capacity_rate_scale"] <= expected < row["upper_rate_scale"]
         assert row["upper_rate_scale"] - row["capacity_rate_scale"] <= 0.05 * expected
         assert row["capacity_req_s"] == pytest.approx(row["capacity_rate_scale"] * 1.0)
+
+
+def test_a_probe_that_rejects_every_request_is_a_miss(tmp_path: Path) -> None:
+    """Prompts over max_model_len: every probe's run rejects every request (simulate.py
+    exits 2 with its results); the search counts each as a miss, not as a failure."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("Timestamp,Request tokens,Response tokens\n0,5000,30\n1.0,5000,30\n")
+    spec = tmp_path / "cap.toml"
+    spec.write_text('[options]\ntrace = "long.csv"\nallocators = "paged"\n'
+                    "[capacity]\nslo = 1.0\nmin_rate_scale = 0.25\n")
+    assert main([str(spec), "--capacity", "--out", str(tmp_path / "out"), "--workers", "1",
+                 "--no-progress"]) == 0
+    (row,) = json.loads((tmp_path / "out" / "capacity.json").read_text())["searches"]
+    assert row["status"] == "below_min" and row["error"] is None
+    assert row["capacity_rate_scale"] is None and row["num_probes"] == 3
+    assert all(value is None for _, value in row["probes"])

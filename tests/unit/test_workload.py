@@ -65,3 +65,14 @@ def test_over_length_rows_are_truncated_or_rejected() -> None:
     rejected, cut = workload.make_group(0), workload.make_group(1)
     assert rejected.reject_reason == "prompt_too_long"
     assert cut.reject_reason is None and cut.output_len == 24 and cut.truncated
+
+
+def test_prefetch_skips_rows_that_will_be_rejected() -> None:
+    """A 16M-token prompt (over max_model_len) gets no token array; its neighbours do."""
+    rows = [(0.1 * i, 16_000_000 if i == 3 else 50, 10) for i in range(8)]
+    trace = make_trace(rows)
+    workload = Workload(trace, run_config(num_gpu_blocks=512, max_model_len=256), None)
+    workload._prefetch(0)
+    assert sorted(workload.ready) == [0, 1, 2, 4, 5, 6, 7]
+    assert workload.make_group(3).reject_reason == "prompt_too_long"
+    assert all(len(tokens) == 60 for tokens, _ in workload.ready.values())
