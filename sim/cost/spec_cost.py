@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sim.cost.gpus import GpuSpec
 from sim.cost.models import ModelConfig, get_model
+from sim.cost.step_extras import Extras
 from sim.cost.step_model import make_step_model
 
 SPEC_METHODS = ("ngram", "eagle", "draft_model")
@@ -108,7 +109,9 @@ def make_draft_time(spec: SpecConfig, model: ModelConfig, gpu: GpuSpec, tp: int,
         return lambda num_reqs, context: num_reqs * NGRAM_CPU_S
     drafter = eagle_head(model) if spec.method == "eagle" else draft_model_config(spec)
     heads_tp = tp if drafter.num_kv_heads % tp == 0 and drafter.num_heads % tp == 0 else 1
-    forward = make_step_model("roofline", drafter, gpu, heads_tp, kv_cache_dtype=kv_cache_dtype)
+    # GPU time only: the step's CPU side is counted once, in the target's step
+    forward = make_step_model("roofline", drafter, gpu, heads_tp, kv_cache_dtype=kv_cache_dtype,
+                              extras=Extras(cpu_overhead_s=0.0, cpu_per_seq_s=0.0))
 
     def draft_time(num_reqs: int, context: int) -> float:
         if num_reqs == 0:
