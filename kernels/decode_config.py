@@ -80,9 +80,11 @@ _WHOLE_CONFIGS = (
 )
 _FP32_CONFIG = DecodeConfig(block_n=16, num_warps=4, num_stages=2)
 _EXTEND_CONFIG = DecodeConfig(block_n=64, num_warps=4, num_stages=2, fused_reduce=False)
-# fp8: V widened by the packed PTX conversion, K by Triton's cast (2026-12-01 A/B on the H200,
-# 64 x 4096: 181 us; both by PTX 220, both cast 195; bf16 264).
-_FP8_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=2, fp8_widen="asm_v")
+# fp8: V widened by the packed PTX conversion, K by Triton's cast, the block table read through
+# PTX with 3 stages so that two K/V tiles are in flight (2026-12-02 A/B on the H200, 64 x 4096:
+# 158 us; 2 stages with Triton's pipelining 180; both tiles widened by PTX 221; bf16 259).
+_FP8_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm",
+                           fp8_widen="asm_v")
 
 
 def default_decode_config(head_size: int, dtype: torch.dtype, split: bool, *,
