@@ -43,7 +43,8 @@ class DecodeConfig:
     `fp8_widen` how fp8 tiles are widened to fp16 (FP8_WIDEN; the interpreter always casts);
     `pipeline` how the K/V loads overlap the arithmetic (PIPELINES; attention_core.py):
     "triton" Triton's own pipelining, "table_asm" the same with the block table read through
-    PTX (num_stages - 1 tiles in flight), "prefetch" by hand (num_stages = 1 leaves it alone).
+    PTX (num_stages - 1 tiles in flight; experimental: its table loads are not masked, and one
+    H200 run faulted with it), "prefetch" by hand (num_stages = 1 leaves it alone).
     """
 
     block_n: int = 64
@@ -80,11 +81,11 @@ _WHOLE_CONFIGS = (
 )
 _FP32_CONFIG = DecodeConfig(block_n=16, num_warps=4, num_stages=2)
 _EXTEND_CONFIG = DecodeConfig(block_n=64, num_warps=4, num_stages=2, fused_reduce=False)
-# fp8: V widened by the packed PTX conversion, K by Triton's cast, the block table read through
-# PTX with 3 stages so that two K/V tiles are in flight (2026-12-02 A/B on the H200, 64 x 4096:
-# 158 us; 2 stages with Triton's pipelining 180; both tiles widened by PTX 221; bf16 259).
-_FP8_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm",
-                           fp8_widen="asm_v")
+# fp8: V widened by the packed PTX conversion, K by Triton's cast (2026-12-02 A/B on the H200,
+# 64 x 4096: 180 us; both widened by PTX 221; bf16 259). The table read through PTX with 3
+# stages measured 158 us, but one benchmark run hit an illegal memory access with it as the
+# default (its unmasked table loads can run ahead of the loop's end): not shipped.
+_FP8_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=2, fp8_widen="asm_v")
 
 
 def default_decode_config(head_size: int, dtype: torch.dtype, split: bool, *,
