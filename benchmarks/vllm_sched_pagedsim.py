@@ -109,6 +109,14 @@ def build(stream: dict[str, Any], version: str) -> tuple[Scheduler, StreamWorklo
     return sched, workload
 
 
+def _apply(sched: Scheduler, finished: list[str], plan: Any, record: dict[str, Any],
+           step: int) -> None:
+    """A step's outputs; the requests they finish go into that step's record."""
+    finished.clear()
+    sched.apply(plan, step + 0.5, float(step))
+    record["finished"] = list(finished)
+
+
 def run_pagedsim(stream: dict[str, Any], version: str) -> list[dict[str, Any]]:
     """pagedsim's per-step records over the stream (the worker's record format)."""
     sched, workload = build(stream, version)
@@ -120,6 +128,8 @@ def run_pagedsim(stream: dict[str, Any], version: str) -> list[dict[str, Any]]:
         arrivals.setdefault(spec["arrival"], []).append((index, spec))
     records = []
     max_model_len = stream["config"]["max_model_len"]
+    overlap = bool(stream["config"]["async"])
+    in_flight: tuple[Any, dict[str, Any], int] | None = None
     for step in range(stream["config"]["num_steps"]):
         for index, spec in arrivals.get(step, ()):
             sched.admission.add_group(workload.make_group(index, spec, max_model_len))
@@ -132,8 +142,15 @@ def run_pagedsim(stream: dict[str, Any], version: str) -> list[dict[str, Any]]:
         record["blocks"] = {rid: list(sched.manager.get_block_ids(rid)[0]) for rid in after}
         if plan is not None:
             record["scheduled"] = [[seq.request_id, n] for seq, n in zip(plan.seqs, plan.tokens)]
-            finished.clear()
-            sched.apply(plan, step + 0.5, float(step))
-            record["finished"] = list(finished)
         records.append(record)
+        # As the worker does: under async the step before's output arrives after this step
+        # is scheduled; else this step's output arrives at once.
+        if in_flight is not None:
+            _apply(sched, finished, *in_flight)
+            in_flight = None
+        if plan is not None:
+            in_flight = (plan, record, step)
+            if not overlap:
+                _apply(sched, finished, *in_flight)
+                in_flight = None
     return records
