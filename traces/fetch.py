@@ -30,7 +30,7 @@ class Source:
 
 
 _AZURE = "https://raw.githubusercontent.com/Azure/AzurePublicDataset/master/data/"
-# Sums computed from /work/shared/traces copies; not verified upstream.
+# Sums computed from local copies of the traces; not verified upstream.
 SOURCES = {
     "azure-code": Source(_AZURE + "AzureLLMInferenceTrace_code.csv",
                          "AzureLLMInferenceTrace_code.csv",
