@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from sim.cli import parse_options, run
+from sim.cli import parse_options, run, workload_source
 from sim.config import InputError, Options
 from sim.results.rundir import Staging, target_dir
 from sim.sweep.run import main_from_simulate
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return main_from_simulate(argv)
     options = parse_options(argv)
     try:
-        target = target_dir(options.out, options.trace, options.overwrite)
+        target = target_dir(options.out, workload_source(options), options.overwrite)
     except InputError as exc:
         return fail(str(exc), 2)
     staging = Staging(target)

@@ -55,7 +55,7 @@ from sim.release import (
     resolve_profile,
 )
 from sim.results.bench import check_bench_options
-from sim.results.rundir import Staging
+from sim.results.rundir import Staging, default_dir
 from sim.sched.spec_rules import check_spec_trace, describe_spec, scheduler_fields
 from sim.workload.source import TraceLoader, load_input
 from traces import Trace, TraceError
@@ -215,11 +215,16 @@ def parse_options(argv: Sequence[str]) -> Options:
 
 
 def out_dir(options: Options) -> Path:
-    """``--out``, else ``results/<trace file stem>`` (``results/default`` without a trace)."""
+    """``--out``, else ``results/<stem>`` of the trace, the dataset file or the dataset name
+    (``results/default`` for the built-in workload)."""
     if options.out:
         return Path(options.out)
-    return Path("results") / (Path(options.trace).name.split(".")[0] if options.trace
-                              else "default")
+    return default_dir(workload_source(options))
+
+
+def workload_source(options: Options) -> str | None:
+    """What names the default results directory: the trace, dataset file or dataset name."""
+    return options.trace or options.dataset_path or options.dataset_name
 
 
 def resolve(options: Options) -> RunConfig:

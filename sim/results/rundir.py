@@ -22,10 +22,16 @@ from types import FrameType
 from sim.config import OptionError
 
 
+def default_dir(source: str | None) -> Path:
+    """``results/<stem>`` of the workload's source (a trace or dataset file, or a dataset
+    name); ``results/default`` for the built-in workload."""
+    return Path("results") / (Path(source).name.split(".")[0] if source else "default")
+
+
 def default_target(trace: str | None, now: float | None = None) -> Path:
-    """``results/<trace file stem>`` (``results/default`` without a trace), or the same
-    name with ``-<timestamp>`` (and ``-2``, ``-3``, ... on a clash) when it exists."""
-    base = Path("results") / (Path(trace).name.split(".")[0] if trace else "default")
+    """``default_dir(trace)``, or the same name with ``-<timestamp>`` (and ``-2``, ``-3``,
+    ... on a clash) when it exists."""
+    base = default_dir(trace)
     if not os.path.lexists(base):
         return base
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))

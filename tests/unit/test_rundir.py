@@ -78,3 +78,14 @@ def test_discard_leaves_nothing(tmp_path: Path) -> None:
     staging.discard()
     assert list((tmp_path / "deep").iterdir()) == []
     assert not staging.written()
+
+
+def test_default_directory_is_named_after_the_workload_source() -> None:
+    """A dataset run gets results/<dataset file stem> or results/<dataset name>, not 'default'."""
+    from sim.cli import out_dir
+    from sim.config import Options
+
+    assert out_dir(Options(dataset_name="random")) == Path("results/random")
+    assert out_dir(Options(dataset_name="sharegpt", dataset_path="d/ShareGPT_V3.json")) == \
+        Path("results/ShareGPT_V3")
+    assert out_dir(Options()) == Path("results/default")
