@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.config import OptionError
+from sim.cli import out_dir
+from sim.config import OptionError, Options
 from sim.results.rundir import Staging, default_target, target_dir
 
 
@@ -82,9 +83,6 @@ def test_discard_leaves_nothing(tmp_path: Path) -> None:
 
 def test_default_directory_is_named_after_the_workload_source() -> None:
     """A dataset run gets results/<dataset file stem> or results/<dataset name>, not 'default'."""
-    from sim.cli import out_dir
-    from sim.config import Options
-
     assert out_dir(Options(dataset_name="random")) == Path("results/random")
     assert out_dir(Options(dataset_name="sharegpt", dataset_path="d/ShareGPT_V3.json")) == \
         Path("results/ShareGPT_V3")
