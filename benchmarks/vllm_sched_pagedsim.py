@@ -13,7 +13,7 @@ import dataclasses
 import json
 from typing import Any
 
-from vllm_sched_stream import empty_record
+from vllm_sched_stream import accepted_drafts, empty_record
 
 from allocator.hashing import get_request_block_hasher, sha256
 from allocator.interface import ManagerConfig
@@ -106,6 +106,11 @@ def build(stream: dict[str, Any], version: str) -> tuple[Scheduler, StreamWorklo
               if config["prefix_caching"] else None)
     workload = StreamWorkload(stream["requests"], hasher)
     sched = Scheduler(manager, run, workload, RunLog(len(stream["requests"])))  # type: ignore[arg-type]
+    spec = sched.extras.spec if sched.extras is not None else None
+    if spec is not None:  # the accepted drafts the worker gives vLLM, not pagedsim's own draws
+        seed = config["seed"]
+        spec.accept = lambda seq, drafts: accepted_drafts(seed, seq.request_id, seq.num_out,
+                                                          drafts)
     return sched, workload
 
 
