@@ -219,7 +219,8 @@ class Driver:
         record["finished"] = [rid for rid in ids if rid not in sched.requests]
         k = self.config["spec"]
         if k and not self.config["async"]:
-            self.propose(ids, k)
+            # drafts only for requests that sampled (a partial prefill's token is discarded)
+            self.propose([rid for rid in ids if rid in samplers], k)
 
     def propose(self, ids: list[str], k: int) -> None:
         """Drafts for the requests that just decoded: their next K fixed outputs."""
