@@ -68,6 +68,8 @@ def staged(options: Options, staging: Staging) -> int:
 
 def interrupted(options: Options, staging: Staging) -> int:
     """Ctrl-C: keep the allocators that finished, say what and where, status 130."""
+    if options.progress:  # a progress bar cut short leaves its line open
+        print(file=sys.stderr)
     if not staging.written():
         print("simulate.py: interrupted before any allocator finished; nothing written",
               file=sys.stderr)
