@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -69,7 +69,7 @@ class VllmWorker:
                 stderr=self.stderr, text=True, env=env,
             )
         except OSError as exc:
-            sys.exit(f"--vllm-python {python}: cannot run it ({exc})")
+            refuse(f"--vllm-python {python}: cannot run it ({exc})")
         self.hello = self._read()
 
     def _read(self) -> Any:
@@ -81,7 +81,7 @@ class VllmWorker:
             self.proc.wait(timeout=60)
             self.stderr.seek(0)
             err = self.stderr.read()
-            sys.exit(f"--vllm-python: the vLLM worker stopped: {err.strip().splitlines()[-1:]}")
+            refuse(f"--vllm-python: the vLLM worker stopped: {err.strip().splitlines()[-1:]}")
         return json.loads(line)
 
     def run(self, episode: dict[str, Any]) -> list[Observation]:
@@ -161,6 +161,12 @@ def pagedsim_stream(seed: int, num_ops: int, profile: VllmProfile) -> list[list[
     return [run_pagedsim(episode, profile) for episode in make_episodes(seed, num_ops, profile)]
 
 
+
+def refuse(message: str) -> NoReturn:
+    """Bad input: one line on stderr, exit status 2."""
+    print(f"vllm_diff.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -187,13 +193,13 @@ def main(argv: list[str] | None = None) -> int:
         profile = profile_for(args.version or worker.hello["vllm"])
         profile = apply_overrides(profile, args.set)
     except ValueError as exc:
-        sys.exit(f"--version/--set: {exc}")
+        refuse(f"--version/--set: {exc}")
     print(f"vLLM {worker.hello['vllm']} ({args.vllm_python}) vs pagedsim, {profile.describe()}")
     if args.replay:
         try:
             episodes = [json.loads(args.replay.read_text())]
         except (OSError, ValueError) as exc:
-            sys.exit(f"--replay {args.replay}: {exc}")
+            refuse(f"--replay {args.replay}: {exc}")
     else:
         episodes = make_episodes(args.seed, args.ops, profile)
     return _compare(worker, episodes, profile, args)
