@@ -248,25 +248,14 @@ def iter_log(path: Path) -> Iterator[LogHeader | StepRecord]:
         LogError: unreadable file, bad JSON, a bad field, or a step before any header.
     """
     seen_header = False
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            for line, text in enumerate(fh, start=1):
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise LogError(f"{path}:{line}: invalid JSON ({exc.msg})") from None
-                kind = obj.get("kind") if isinstance(obj, dict) else None
-                if kind == "header":
-                    seen_header = True
-                    yield parse_header(obj, path, line)
-                elif kind == "step":
-                    if not seen_header:
-                        raise LogError(f"{path}:{line}: step line before any header")
-                    yield parse_step(obj, path, line)
-                else:
-                    raise LogError(f"{path}:{line}: field 'kind' must be 'header' or 'step'")
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise LogError(f"{path}: cannot read the allocation log ({exc})") from None
+    for line, obj in iter_objects(path):
+        if obj["kind"] == "header":
+            seen_header = True
+            yield parse_header(obj, path, line)
+        elif not seen_header:
+            raise LogError(f"{path}:{line}: step line before any header")
+        else:
+            yield parse_step(obj, path, line)
 
 
 def selected(rec: StepRecord, index: int, steps: int | None) -> bool:
