@@ -21,6 +21,7 @@ from sim.release import release_problem, scheduler_problem
 from traces.workload import WorkloadSpec
 
 DEFAULT_ALLOCATORS = "paged,paged-nocache,max,pow2,oracle,ft"
+_WORKLOAD = WorkloadSpec()  # the dataset options' defaults live in traces/workload.py
 PLACEMENTS = ("buddy", "first-fit")
 PREEMPTION_MODES = ("recompute", "swap")
 SAMPLING_MODES = ("cow", "fanout")
@@ -101,21 +102,21 @@ class Options:
     dataset_name: str | None = None
     dataset_path: str | None = None
     num_prompts: int | None = None
-    random_input_len: int = 1024
-    random_output_len: int = 128
-    random_range_ratio: float = 0.0
-    random_prefix_len: int = 0
-    sonnet_input_len: int = 550
-    sonnet_output_len: int = 150
-    sonnet_prefix_len: int = 200
+    random_input_len: int = _WORKLOAD.random_input_len
+    random_output_len: int = _WORKLOAD.random_output_len
+    random_range_ratio: float = _WORKLOAD.random_range_ratio
+    random_prefix_len: int = _WORKLOAD.random_prefix_len
+    sonnet_input_len: int = _WORKLOAD.sonnet_input_len
+    sonnet_output_len: int = _WORKLOAD.sonnet_output_len
+    sonnet_prefix_len: int = _WORKLOAD.sonnet_prefix_len
     sharegpt_output_len: int | None = None
     request_rate: float | None = None
-    burstiness: float = 1.0
+    burstiness: float = _WORKLOAD.burstiness
     tokenizer: str | None = None
     sort: bool = False
     columns: dict[str, str] | None = None
     time_unit: str | None = None
-    hash_block_size: int = 512
+    hash_block_size: int = _WORKLOAD.hash_block_size
     max_concurrency: int | None = None
     goodput: tuple[str, ...] | None = None
     percentile_metrics: str = "ttft,tpot,itl,e2el"
