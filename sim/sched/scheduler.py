@@ -112,7 +112,9 @@ class Scheduler:
             self.skips_calls = self.steady.tally.skips_calls
         state.on_finish = state.on_reject = log.add_group
         self.extras = make_extras(state, workload, fanout, config.cache.block_size)
-        self.lookahead = self.extras.lookahead if self.extras is not None else 0
+        lookahead = self.extras.lookahead if self.extras is not None else 0
+        # allocate_slots' keywords, built once: draft slots where spec decoding reserves them
+        self._slot_kwargs = {"num_lookahead_tokens": lookahead} if lookahead else {}
 
     @property
     def step_index(self) -> int:
@@ -196,8 +198,7 @@ class Scheduler:
         """
         state = self.state
         seq.flush()
-        lookahead = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
-        while self.manager.allocate_slots(seq.req, n, **lookahead) is None:
+        while self.manager.allocate_slots(seq.req, n, **self._slot_kwargs) is None:
             victim = pick_victim(state.running, self.policy)
             self.preemption.preempt(victim, plan)
             if seq.status != RUNNING:
