@@ -31,9 +31,10 @@ from kernels.launch import as_block_tables, as_int_tensor, kernel_block_view, nu
 # levels. _FAST: any tensors with the properties of an earlier call (every one the checks
 # read). _SAME, by id(q): the very tensors of an earlier call, unchanged since, recognised by
 # their ids and version counters (every in-place op bumps one, resize_ / as_strided_ / set_
-# included) and weak references (so an id reused by a new tensor never matches). A _FAST entry
-# enters _SAME when the same q came twice in a row, and not for the next COOLDOWN _FAST hits
-# after a miss there (fresh views whose ids repeat), so per-call views pay one dict probe.
+# included) and weak references (so an id reused by a new tensor never matches; q's entry
+# leaves when q dies). A _FAST entry enters _SAME when the same q came twice in a row, and
+# not for the next COOLDOWN _FAST hits after a miss there (fresh views whose ids repeat), so
+# per-call views pay one dict probe.
 _SAME: dict[int, tuple[Any, ...]] = {}
 _FAST: dict[tuple[object, ...], tuple[Any, ...]] = {}
 MAX_BOUND = 512
@@ -79,8 +80,16 @@ def _promote(tensors: tuple[Any, ...], opts: tuple[object, ...], found: tuple[An
         return
     if len(_SAME) >= MAX_BOUND:
         _SAME.clear()
-    _SAME[qid] = (same, tuple(None if t is None else weakref.ref(t) for t in tensors),
-                  found[0], state)
+    refs = (weakref.ref(tensors[0], lambda ref: _forget(qid, ref)),
+            *(None if t is None else weakref.ref(t) for t in tensors[1:]))
+    _SAME[qid] = (same, refs, found[0], state)
+
+
+def _forget(qid: int, ref: weakref.ref) -> None:
+    """Drop q's _SAME entry when q dies (unless its id already holds a newer tensor's entry)."""
+    entry = _SAME.get(qid)
+    if entry is not None and entry[1][0] is ref:
+        del _SAME[qid]
 
 
 def _launch(entry: tuple[Any, ...], out: torch.Tensor, q: torch.Tensor, k: torch.Tensor,

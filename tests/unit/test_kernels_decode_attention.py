@@ -300,6 +300,23 @@ def test_same_tensors_take_the_identity_cache():
     assert all(entry[1][0]() is not None for entry in decode_module._SAME.values())
 
 
+def test_identity_cache_entry_leaves_with_its_query():
+    """A promoted q's entry is gone once q dies, whatever ids later views get."""
+    import kernels.decode_attention as decode_module
+
+    case, q, tables, lens = _bound_case()
+    out = torch.empty_like(q)
+    decode_module.clear_launch_cache()
+    view = q[:]
+    for _ in range(3):
+        paged_decode_attention(view, case.k_cache, case.v_cache, tables, lens,
+                               max_context_len=30, out=out)
+    view_id = id(view)
+    assert view_id in decode_module._SAME
+    del view
+    assert view_id not in decode_module._SAME
+
+
 def test_identity_cache_sees_in_place_changes():
     """An in-place resize after a cached call is checked again, not launched with old strides."""
     import kernels.decode_attention as decode_module
