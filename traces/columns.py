@@ -80,7 +80,7 @@ def length_column(raw: RawFile, values: Any, lines: IntArray, name: str, minimum
 
 
 SERVING_FIELDS = {"cache_salt": "cache_salts", "lora_name": "lora_names",
-                  "priority": "priorities"}
+                  "priority": "priorities", "acceptance_rate": "acceptance_rates"}
 """Optional per-request serving fields: source key -> Trace column."""
 PRIORITY_LIMIT = 2**53
 """Priorities are integers of magnitude below 2^53 (exact in JSON and in float64)."""
@@ -120,8 +120,9 @@ def _kind(value: Any) -> str:
 def serving_columns(raw: RawFile, columns: dict[str, Any], lines: IntArray) -> dict[str, Any]:
     """Trace columns for the serving fields present in `columns` (field name -> values).
 
-    cache_salt and lora_name must be non-empty strings, priority an integer; a request
-    without the field gets no salt, no adapter, priority 0. Fields no row has are skipped.
+    cache_salt and lora_name must be non-empty strings, priority an integer,
+    acceptance_rate a number in [0, 1]; a request without the field gets no salt, no adapter,
+    priority 0 and the simulation's acceptance rate (NaN). Fields no row has are skipped.
     """
     extra: dict[str, Any] = {}
     for name, values in columns.items():
@@ -133,6 +134,11 @@ def serving_columns(raw: RawFile, columns: dict[str, Any], lines: IntArray) -> d
             filled = series.astype(object).where(series.notna(), 0)
             extra[dest] = number_column(raw, filled, lines, name, integer=True,
                                         minimum=-PRIORITY_LIMIT, maximum=PRIORITY_LIMIT)
+        elif name == "acceptance_rate":
+            present = series.notna().to_numpy()
+            rates = number_column(raw, series.astype(object).where(series.notna(), 0), lines,
+                                  name, integer=False, minimum=0, maximum=1)
+            extra[dest] = np.where(present, rates, np.nan)
         else:
             extra[dest] = string_column(raw, series, lines, name)
     return extra

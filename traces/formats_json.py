@@ -88,7 +88,7 @@ def load_token_jsonl(raw: RawFile, *, sort: bool, seed: int = 0) -> Trace:
 
 def _attach(raw: RawFile, table: Table, cols: Columns, key: str, len_key: str) -> None:
     """Explicit prompt ids (where present), request ids (when every row has one) and the
-    optional serving fields (cache_salt, lora_name, priority)."""
+    optional serving fields (cache_salt, lora_name, priority, acceptance_rate)."""
     cols.extra.update(serving_columns(raw, {k: table.scalars[k] for k in SERVING_FIELDS},
                                       table.lines))
     ids = table.scalars["request_id"]
@@ -112,8 +112,8 @@ def load_vllm_records(raw: RawFile, *, sort: bool, seed: int = 0) -> Trace:
 
     Also accepts a benchmark result object with parallel `input_lens` / `output_lens`
     lists. Optional per-record keys: arrival_s | arrival_time | timestamp (seconds),
-    request_id, prompt_token_ids, cache_salt, lora_name, priority. Without times every
-    request arrives at 0.
+    request_id, prompt_token_ids, cache_salt, lora_name, priority, acceptance_rate. Without
+    times every request arrives at 0.
     """
     table = _vllm_table(raw)
     prompt = _len(raw, table, "prompt_len")

@@ -110,7 +110,7 @@ def load_trace(
         sort: sort rows by arrival instead of rejecting out-of-order timestamps.
         column_map: {field: column} for generic CSV/JSONL; fields arrival, prompt_len,
             output_len, and optional request_id, session_id, turn, n, beam_width,
-            cache_salt, lora_name, priority.
+            cache_salt, lora_name, priority, acceptance_rate.
         tokenizer: str -> token ids for ShareGPT text (traces.tokenizer.load_tokenizer);
             without one, the character estimate (recorded in the metadata).
         time_unit: unit of a generic arrival column: s, ms, us, ns or datetime.

@@ -8,6 +8,7 @@ Token ids are computed per request on demand (see tokens.py). Transformations bu
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ __all__ = ["Trace", "TraceMetadata", "TraceRequest"]
 
 _COLUMNS = ("ids", "arrival_s", "prompt_lens", "output_lens", "n", "beam_width",
             "session_ids", "turns", "lines", "token_src", "seg_first", "seg_count",
-            "cache_salts", "lora_names", "priorities")
+            "cache_salts", "lora_names", "priorities", "acceptance_rates")
 _STRINGS = ("session_ids", "cache_salts", "lora_names")
 
 
@@ -57,7 +58,8 @@ class Trace:
 
     Columns are read-only arrays: arrival_s (float64), prompt_lens, output_lens, n,
     beam_width (int64), and optional session_ids, cache_salts, lora_names (str, "" = none),
-    turns (-1 = none), lines (0 = none), priorities (int64, default 0). Request ids are
+    turns (-1 = none), lines (0 = none), priorities (int64, default 0), acceptance_rates
+    (float64 in [0, 1], NaN = the simulation's rate). Request ids are
     `request_ids` (str array, built lazily) or `request_id(i)`; integer ids are kept as
     int64 internally. Index i is request i in
     arrival order. `prefix_lens[i]` is the number of prompt tokens from shared segments.
@@ -80,6 +82,7 @@ class Trace:
     cache_salts: npt.NDArray[np.str_] | None
     lora_names: npt.NDArray[np.str_] | None
     priorities: IntArray | None
+    acceptance_rates: npt.NDArray[np.float64] | None
     metadata: TraceMetadata
     seed: int
     vocab_size: int
@@ -98,7 +101,7 @@ class Trace:
         segments: Segments | None = None, seg_first: npt.ArrayLike | None = None,
         seg_count: npt.ArrayLike | None = None, cache_salts: npt.ArrayLike | None = None,
         lora_names: npt.ArrayLike | None = None, priorities: npt.ArrayLike | None = None,
-        check_ids: bool = True,
+        acceptance_rates: npt.ArrayLike | None = None, check_ids: bool = True,
     ) -> None:
         """Build and validate a trace; raises ValueError naming the first bad request.
 
@@ -118,7 +121,8 @@ class Trace:
                "lines": (lines, np.int64), "token_src": (token_src, np.int64),
                "seg_first": (seg_first, np.int64), "seg_count": (seg_count, np.int64),
                "cache_salts": (cache_salts, np.str_), "lora_names": (lora_names, np.str_),
-               "priorities": (priorities, np.int64)}
+               "priorities": (priorities, np.int64),
+               "acceptance_rates": (acceptance_rates, np.float64)}
         for name, (val, dt) in opt.items():
             setattr(self, name, None if val is None else _ro(val, dt))
         self.seed, self.vocab_size, self.store = int(seed), int(vocab_size), store
@@ -163,10 +167,12 @@ class Trace:
         turn = None if self.turns is None or self.turns[i] < 0 else int(self.turns[i])
         line = None if self.lines is None or self.lines[i] <= 0 else int(self.lines[i])
         priority = 0 if self.priorities is None else int(self.priorities[i])
+        rate = None if self.acceptance_rates is None or np.isnan(self.acceptance_rates[i]) \
+            else float(self.acceptance_rates[i])
         return TraceRequest(str(self.ids[i]), float(self.arrival_s[i]),
                             int(self.prompt_lens[i]), int(self.output_lens[i]),
                             int(self.n[i]), int(self.beam_width[i]), sid, turn, line,
-                            salt, lora, priority)
+                            salt, lora, priority, rate)
 
     def __repr__(self) -> str:
         m = self.metadata
@@ -269,6 +275,7 @@ class Trace:
             "session_ids": opt("session_id", ""), "turns": opt("turn", -1),
             "lines": opt("line", 0), "cache_salts": opt("cache_salt", ""),
             "lora_names": opt("lora_name", ""), "priorities": opt("priority", 0),
+            "acceptance_rates": opt("acceptance_rate", math.nan),
         }
         return cls([r.arrival_s for r in reqs], [r.prompt_len for r in reqs],
                    [r.output_len for r in reqs], **cols, **kwargs)

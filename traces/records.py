@@ -3,7 +3,8 @@
 A `TraceRequest` is what `Trace[i]` yields: sizes, sampling, session and the per-request
 serving fields vLLM accepts (`cache_salt` isolates a request's prefix cache, `lora_name`
 selects an adapter and keeps its cache apart, `priority` orders the priority scheduler,
-lower first). `TraceMetadata` records where the requests came from and every change made.
+lower first) and, for speculative decoding, the request's own per-position draft
+`acceptance_rate`. `TraceMetadata` records where the requests came from and every change made.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class TraceRequest:
     cache_salt: str | None = None
     lora_name: str | None = None
     priority: int = 0
+    acceptance_rate: float | None = None
 
     def __post_init__(self) -> None:
         if not self.request_id:
@@ -48,6 +50,9 @@ class TraceRequest:
         for name in ("cache_salt", "lora_name"):
             if getattr(self, name) == "":
                 raise ValueError(f"{self.request_id}: {name} must be None or non-empty")
+        rate = self.acceptance_rate
+        if rate is not None and not 0.0 <= rate <= 1.0:
+            raise ValueError(f"{self.request_id}: acceptance_rate must be in [0, 1]")
 
 
 @dataclass(frozen=True, slots=True)

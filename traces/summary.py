@@ -170,4 +170,7 @@ def serving_counts(trace: Trace) -> dict[str, int]:
     prio = trace.priorities if trace.priorities is not None else np.zeros(0, dtype=np.int64)
     out["num_with_priority"] = int(np.count_nonzero(prio))
     out["num_distinct_priorities"] = len(np.unique(prio)) if len(prio) else 1
+    rates = trace.acceptance_rates
+    given = 0 if rates is None else int(np.count_nonzero(~np.isnan(rates)))
+    out["num_with_acceptance_rate"] = given
     return out

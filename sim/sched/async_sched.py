@@ -165,7 +165,8 @@ def make_extras(state: SchedState, workload: Workload, fanout: bool,
     config = state.config
     forks = any(width > 1 or (n > 1 and not fanout)
                 for n, width in zip(workload.n, workload.beam_width))
-    spec = SpecDecode(config, state.seed, block_size) if config.spec is not None else None
+    spec = (SpecDecode(config, state.seed, block_size, workload.acceptance_rates)
+            if config.spec is not None else None)
     if spec is not None and forks:
         raise InputError("--speculative-config: requests with n > 1 or beam search are not "
                          "simulated with speculative decoding (use --sampling-mode fanout)")

@@ -4,13 +4,15 @@ A decoding sequence carries K draft tokens into its next step (as vLLM's ``spec_
 so it asks for ``1 + K`` new tokens, within the token budget and the max-model-len clamp,
 plus ``num_lookahead_tokens`` slots in ``allocate_slots``. After the step the first ``a``
 drafts are accepted, each position independently with its probability given the ones before
-it (a seeded generator per sequence, so the draws do not depend on the batch); the rejected
+it (a seeded generator per sequence, so the draws do not depend on the batch; a trace's
+``acceptance_rate`` column gives a request its own probability at every position); the rejected
 ones are rolled back (``num_computed_tokens -= rejected``), so the block hashes only ever
 cover accepted tokens. The sequence gains ``a + 1`` output tokens. A sequence in prefill,
 or just re-admitted after preemption, has no drafts until it samples.
 """
 from __future__ import annotations
 
+import math
 import random
 import zlib
 
@@ -21,10 +23,14 @@ from sim.workload.sequence import Seq
 class SpecDecode:
     """The drafts, acceptance draws and statistics of one run."""
 
-    def __init__(self, config: SchedulerConfig, seed: int, block_size: int) -> None:
+    def __init__(self, config: SchedulerConfig, seed: int, block_size: int,
+                 row_rates: list[float] | None = None) -> None:
         assert config.spec is not None
         self.k = config.spec.k
         self.rates = config.acceptance
+        self.row_rates = None if row_rates is None else [
+            None if math.isnan(rate) else (rate,) * self.k for rate in row_rates]
+        """Per trace row, the request's own rates (a trace column), or None for ``rates``."""
         self.lookahead = config.num_lookahead_tokens
         self.seed = seed
         self.block_size = block_size
@@ -47,8 +53,10 @@ class SpecDecode:
         if rng is None:
             name = f"{self.seed}:{seq.request_id}:{seq.sample}".encode()
             rng = self._rngs[key] = random.Random(zlib.crc32(name))
+        own = self.row_rates[seq.group.index] if self.row_rates is not None else None
+        rates = self.rates if own is None else own
         accepted = 0
-        while accepted < num_drafts and rng.random() < self.rates[accepted]:
+        while accepted < num_drafts and rng.random() < rates[accepted]:
             accepted += 1
         self.num_verified += 1
         self.num_drafts += num_drafts

@@ -60,6 +60,9 @@ class Workload:
         self.salts = _names(trace.cache_salts)
         self.loras = _names(trace.lora_names)
         self.priorities = trace.priorities.tolist() if trace.priorities is not None else None
+        self.acceptance_rates: list[float] | None = (
+            None if trace.acceptance_rates is None else trace.acceptance_rates.tolist())
+        """Per row, the trace's draft acceptance rate (NaN: the run's ``--acceptance-rate``)."""
         self.ready: dict[int, tuple[np.ndarray, list[bytes] | None]] = {}
 
     def __len__(self) -> int:

@@ -18,6 +18,8 @@ from sim.sched.scheduler import Scheduler
 from sim.workload.block_hash import make_hasher
 from sim.workload.workload import Workload
 from tests.unit.simkit import make_trace, run_config, simulate, steps
+from traces.model import Trace
+from traces.records import TraceRequest
 
 
 def spec_options(method: str = "ngram", k: int = 3, rate: float = 1.0,
@@ -132,3 +134,15 @@ def test_eagle_drops_the_last_hit_block() -> None:
         hits.append(manager.get_computed_blocks(second)[1])
     assert hits == [48, 32]
 
+
+
+def test_a_trace_acceptance_rate_replaces_the_runs_rate_for_its_request() -> None:
+    """Run rate 0 (every draft rejected); request r0's own rate 1 accepts all of its drafts:
+    r0's two verify steps add 4 outputs each, r1's five add one each."""
+    reqs = [TraceRequest("r0", 0.0, 32, 9, acceptance_rate=1.0),
+            TraceRequest("r1", 0.0, 32, 5)]
+    result = simulate(Trace.from_requests(reqs), **spec_options(rate=0.0))
+    assert result.counters["num_accepted_tokens"] == 2 * 3
+    assert result.counters["num_draft_tokens"] == (2 + 4) * 3
+    alone = simulate(make_trace([(0.0, 32, 9)]), **spec_options(rate=0.0))
+    assert alone.counters["num_accepted_tokens"] == 0

@@ -225,6 +225,9 @@ def test_generic_counts_and_span_limits(tmp_path: Path) -> None:
     ({"priority": "high"}, "'priority'", "'high'"),
     ({"priority": 1.5}, "'priority'", "not an integer"),
     ({"priority": True}, "'priority'", "not a number"),
+    ({"acceptance_rate": 1.5}, "'acceptance_rate'", "too large"),
+    ({"acceptance_rate": -0.1}, "'acceptance_rate'", "negative"),
+    ({"acceptance_rate": "high"}, "'acceptance_rate'", "'high'"),
 ])
 def test_serving_field_types(tmp_path: Path, extra: dict[str, object], field: str,
                              words: str) -> None:

@@ -204,3 +204,19 @@ def test_serving_fields_in_every_record_format(tmp_path: Path) -> None:
     assert got["tj"] == [("u1", None, 3), (None, "sql", 0)]
     assert got["vr"] == [(None, "sql", 0), (None, None, -4)]
     assert got["gc"] == [("u1", None, 3), (None, None, 0)]
+
+
+def test_acceptance_rate_column_per_request(tmp_path: Path) -> None:
+    """acceptance_rate is read per request (a CSV through --columns and vLLM records); rows
+    without it get None (the run's --acceptance-rate), and a trace slice keeps the column."""
+    gc = _write(tmp_path, "g.csv", "p,o,acc\n3,1,0.25\n2,1,\n4,1,1\n")
+    trace = load_trace(gc, column_map={"prompt_len": "p", "output_len": "o",
+                                       "acceptance_rate": "acc"})
+    assert [r.acceptance_rate for r in trace] == [0.25, None, 1.0]
+    assert [r.acceptance_rate for r in trace.take([2, 0])] == [1.0, 0.25]
+    vr = _write(tmp_path, "v.json", json.dumps([
+        {"prompt_len": 3, "output_len": 1, "acceptance_rate": 0.5},
+        {"prompt_len": 2, "output_len": 1}]))
+    assert [r.acceptance_rate for r in load_trace(vr)] == [0.5, None]
+    assert load_trace(_write(tmp_path, "n.json", json.dumps([
+        {"prompt_len": 3, "output_len": 1}]))).acceptance_rates is None
