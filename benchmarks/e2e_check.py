@@ -8,14 +8,18 @@
 ``prepare`` simulates each scenario (Llama-3-8B on one H200, open-loop Poisson arrivals, the
 default calibrated step model, paged manager) with the allocation log recorded and the CPU
 side of a step set to zero, so that simulated and executed times both cover the GPU steps
-alone. ``compare`` retimes each schedule with the executed steps (benchmarks/e2e_retime.py)
-and prints mean TTFT, TPOT, ITL and E2E, simulated and executed, and the per-step error of
-the executed steps. This measures agreement with our own forward on our own kernels on the
-sampled steps (unsampled ones are scaled by their class's measured ratio), not with vLLM.
+alone. The executor runs a sample of each schedule's steps (every shape class). ``compare``
+simulates each scenario again with step times taken from the executed steps (each step's
+prediction times its class's median measured / predicted ratio, benchmarks/e2e_measured.py:
+open loop, so the schedule follows the measured times, as a faster or slower engine's would)
+and prints mean TTFT, TPOT, ITL and E2E of both runs, their error (simulated / executed - 1)
+and the per-step error of the executed steps. This measures agreement with our own forward on
+our own kernels, not with vLLM.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -23,25 +27,32 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from e2e_retime import Steps, class_ratios, compare, measured_gpu
+from e2e_measured import MeasuredStep, class_ratios
 
+import traces
 from kernels.execute.run import step_key
+from sim.cli import parse_options, resolve
+from sim.cost.step_base import StepModel
+from sim.engine import build_costs, replay
+from sim.workload.source import load_input
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = ["--model", "Llama-3-8B", "--gpu", "H200-141GB", "--allocators", "paged",
           "--record-allocation-log", "--cpu-overhead-ms", "0", "--cpu-per-seq-us", "0",
-          "--seed", "0", "--dataset-name", "random", "--overwrite", "--no-progress"]
+          "--seed", "0", "--overwrite", "--no-progress"]
+RANDOM = ["--dataset-name", "random"]
 SCENARIOS: dict[str, list[str]] = {
-    "decode-heavy": ["--random-input-len", "256", "--random-output-len", "256",
+    "decode-heavy": [*RANDOM, "--random-input-len", "256", "--random-output-len", "256",
                      "--num-prompts", "48", "--request-rate", "16"],
-    "prefill-heavy": ["--random-input-len", "2048", "--random-output-len", "16",
+    "prefill-heavy": [*RANDOM, "--random-input-len", "2048", "--random-output-len", "16",
                       "--num-prompts", "48", "--request-rate", "8"],
-    "mixed-chunked": ["--random-input-len", "1024", "--random-output-len", "64",
+    "mixed-chunked": [*RANDOM, "--random-input-len", "1024", "--random-output-len", "64",
                       "--num-prompts", "24", "--request-rate", "8",
                       "--max-num-batched-tokens", "512"],
 }
@@ -57,15 +68,19 @@ def prepare(out: Path) -> None:
         print(f"{name}: {out / name}")
 
 
-def _log_classes(path: Path) -> dict[int, str | None]:
-    """Shape class of every logged step, by step index."""
+def read_log(path: Path) -> tuple[dict[int, str | None], dict[str, int]]:
+    """Shape class of every logged step, by step index, and each request's first step."""
     classes: dict[int, str | None] = {}
+    first: dict[str, int] = {}
     with gzip.open(path, "rt") as fh:
         for line in fh:
             obj = json.loads(line)
             if obj.get("kind") == "step":
-                classes[int(obj["step"])] = step_key(obj, str(path))
-    return classes
+                step = int(obj["step"])
+                classes[step] = step_key(obj, str(path))
+                for seq in obj["seqs"]:
+                    first.setdefault(str(seq["request_id"]), step)
+    return classes, first
 
 
 def _executed(path: Path) -> dict[int, float]:
@@ -79,25 +94,56 @@ def _executed(path: Path) -> dict[int, float]:
     return out
 
 
+def _latencies(requests: dict[str, list[Any]]) -> dict[str, float]:
+    """Mean TTFT, TPOT (requests with >= 2 outputs), ITL (token-weighted) and E2E, seconds."""
+    done = [i for i, status in enumerate(requests["status"]) if status == "finished"]
+    arrival, first, finish, outputs = (np.array([requests[k][i] for i in done]) for k in (
+        "arrival_s", "first_token_s", "finish_s", "output_tokens"))
+    many = outputs > 1
+    decode, gaps = finish[many] - first[many], outputs[many] - 1
+    return {"ttft": float(np.mean(first - arrival)),
+            "tpot": float(np.mean(decode / gaps)) if many.any() else 0.0,
+            "itl": float(decode.sum() / gaps.sum()) if many.any() else 0.0,
+            "e2e": float(np.mean(finish - arrival))}
+
+
+def simulate(name: str, wrap: Callable[[StepModel], StepModel] | None = None
+             ) -> dict[str, float]:
+    """Scenario ``name`` simulated in this process (its step model ``wrap``ped), without
+    the allocation log: mean latencies."""
+    options = parse_options([*COMMON, *SCENARIOS[name]])
+    config = resolve(dataclasses.replace(options, record_allocation_log=False))
+    trace, _ = load_input(config.workload, traces)
+    costs = build_costs(config)
+    if wrap is not None:
+        costs = costs._replace(step_model=wrap(costs.step_model))
+    return _latencies(replay("paged", config, trace, costs).log.request_columns())
+
+
 def check(run: Path) -> dict[str, Any]:
-    """One scenario: latencies simulated vs executed, and the executed steps' errors."""
-    steps = pd.read_parquet(run / "steps.parquet").sort_values("step")
-    reqs = pd.read_parquet(run / "requests.parquet")
-    reqs = reqs[reqs["status"] == "finished"]
-    gpu = (steps["attention_s"] + steps["linear_s"] + steps["swap_s"]).to_numpy()
-    sched = Steps(steps["time_s"].to_numpy(), steps["duration_s"].to_numpy(), gpu)
-    index = {int(s): i for i, s in enumerate(steps["step"])}
-    logged = _log_classes(run / "allocation_log.jsonl.gz")
-    measured = {index[s]: t for s, t in _executed(run / "executed_steps.jsonl").items()}
-    classes = [logged.get(int(s)) for s in steps["step"]]
-    predicted = {i: float(gpu[i]) for i in measured}
-    ratios = class_ratios(predicted, measured, dict(enumerate(classes)))
-    metrics = compare(sched, measured_gpu(sched, measured, classes, ratios),
-                      reqs["arrival_s"].to_numpy(), reqs["first_token_s"].to_numpy(),
-                      reqs["finish_s"].to_numpy(), reqs["output_tokens"].to_numpy())
-    errors = sorted(abs(predicted[i] / measured[i] - 1) for i in measured)
+    """One scenario: latencies simulated vs re-simulated with the measured step times, and
+    the executed steps' own errors."""
+    steps = pd.read_parquet(run / "steps.parquet")
+    predicted_of = dict(zip(steps["step"].astype(int),
+                            steps["attention_s"] + steps["linear_s"] + steps["swap_s"]))
+    classes, _ = read_log(run / "allocation_log.jsonl.gz")
+    measured = _executed(run / "executed_steps.jsonl")
+    predicted = {s: float(predicted_of[s]) for s in measured}
+    ratios = class_ratios(predicted, measured, classes)
+    simulated = simulate(run.name)
+    models: list[MeasuredStep] = []
+
+    def measured_model(base: StepModel) -> StepModel:
+        models.append(MeasuredStep(base, ratios))
+        return models[-1]
+
+    executed = simulate(run.name, measured_model)
+    metrics = {k: {"simulated": simulated[k], "executed": executed[k],
+                   "error": simulated[k] / executed[k] - 1 if executed[k] else 0.0}
+               for k in METRICS}
+    errors = sorted(abs(predicted[s] / measured[s] - 1) for s in measured)
     return {"metrics": metrics, "num_steps": len(steps), "num_executed": len(measured),
-            "num_classes": len(ratios), "num_requests": len(reqs),
+            "num_classes": len(ratios), "unmeasured_class_steps": models[-1].misses,
             "step_error_median": statistics.median(errors),
             "step_error_p90": errors[min(len(errors) - 1, int(0.9 * len(errors)))]}
 
@@ -111,7 +157,8 @@ def report(results: dict[str, dict[str, Any]]) -> list[str]:
             lines.append(f"{name:<14} {metric:<5} {m['simulated'] * 1e3:>8.2f}ms "
                          f"{m['executed'] * 1e3:>8.2f}ms {m['error']:>+7.1%}")
         lines.append(f"{name:<14} steps {res['num_executed']} of {res['num_steps']} executed "
-                     f"({res['num_classes']} classes); per-step |error| median "
+                     f"({res['num_classes']} classes; {res['unmeasured_class_steps']} re-simulated steps "
+                     f"of other classes); per-step |error| median "
                      f"{res['step_error_median']:.1%}, p90 {res['step_error_p90']:.1%}")
     return lines
 

@@ -1,86 +1,82 @@
-"""benchmarks/e2e_check.py and e2e_retime.py: a simulated schedule retimed with measured steps."""
+"""benchmarks/e2e_check.py and e2e_measured.py: simulated latencies against a simulation whose
+step times are the executed steps' (per shape class)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
 
-from tests.benchkit import BENCHMARKS, load_benchmark
+from kernels.execute.sample import shape_key
+from sim.cost.step_base import StepModel, StepTime
+from tests.benchkit import load_benchmark
 
-retime_mod = load_benchmark("e2e_retime")
+measured_mod = load_benchmark("e2e_measured")
 check_mod = load_benchmark("e2e_check")
 
 
-def _steps(start: list[float], duration: list[float], gpu: list[float]) -> Any:
-    return retime_mod.Steps(np.array(start), np.array(duration), np.array(gpu))
+class Flat(StepModel):
+    """1 ms of attention and 2 ms of linear per step, 0.5 ms overhead."""
+
+    def predict_split(self, num_decode: int, sum_decode_context: int,
+                      prefills: object) -> StepTime:
+        return StepTime(1e-3, 2e-3, 5e-4)
 
 
-def test_retime_keeps_times_when_measured_equals_predicted() -> None:
-    steps = _steps([0.0, 1.0, 2.0, 5.0], [1.0, 1.0, 1.0, 1.0], [0.8, 0.8, 0.8, 0.8])
-    assert retime_mod.retime(steps, steps.gpu).tolist() == [1.0, 2.0, 3.0, 6.0]
+def test_split_key_is_the_executors_class_of_the_same_batch() -> None:
+    """Decodes at contexts 10, 20 and 33 (mean 21) plus chunks (8 new over 0 cached, 100 over
+    900): the same key as the executor computes from the sequences' spans."""
+    spans = [(10, 11), (20, 21), (33, 34), (0, 8), (900, 1000)]
+    assert measured_mod.split_key(3, 63, [(8, 0), (100, 900)]) == shape_key(spans, False, False)
+    assert measured_mod.split_key(0, 0, [(8, 0)]) == shape_key([(0, 8)], False, False)
 
 
-def test_retime_shifts_back_to_back_steps_and_waits_for_arrivals() -> None:
-    """GPU parts doubled: steps 0-2 run back to back (ends 1.8, 3.6, 5.4); step 3 began
-    after an idle engine at 5.0 in the simulation, so it starts at max(5.4, 5.0)."""
-    steps = _steps([0.0, 1.0, 2.0, 5.0], [1.0, 1.0, 1.0, 1.0], [0.8, 0.8, 0.8, 0.8])
-    ends = retime_mod.retime(steps, steps.gpu * 2)
-    assert np.allclose(ends, [1.8, 3.6, 5.4, 7.2])
-    faster = retime_mod.retime(steps, steps.gpu / 2)  # 0.6 each: step 3 still waits until 5
-    assert np.allclose(faster, [0.6, 1.2, 1.8, 5.6])
+def test_class_ratios_take_the_median_and_drop_move_suffixes() -> None:
+    classes = {0: "a", 1: "a", 2: "a", 3: "b-copy", 4: None}
+    ratios = measured_mod.class_ratios({0: 1.0, 1: 1.0, 2: 1.0, 3: 2.0},
+                                       {0: 1.1, 1: 1.5, 2: 1.2, 3: 3.0}, classes)
+    assert ratios == pytest.approx({"a": 1.2, "b": 1.5})
 
 
-def test_unsampled_steps_take_their_class_median_ratio() -> None:
-    steps = _steps([0, 1, 2, 3, 4], [1] * 5, [1.0, 2.0, 1.0, 4.0, 1.0])
-    classes = ["a", "b", "a", "b", None]
-    measured = {0: 1.5, 1: 3.0}
-    ratios = retime_mod.class_ratios({0: 1.0, 1: 2.0}, measured, dict(enumerate(classes)))
-    assert ratios == {"a": 1.5, "b": 1.5}
-    gpu = retime_mod.measured_gpu(steps, measured, classes, ratios)
-    assert gpu.tolist() == [1.5, 3.0, 1.5, 6.0, 1.0]
+def test_measured_step_scales_gpu_parts_by_the_class_ratio_or_the_median() -> None:
+    key = measured_mod.split_key(2, 100, [])
+    model = measured_mod.MeasuredStep(Flat(), {key: 1.5, "other": 0.5, "third": 1.0})
+    st = model.predict_split(2, 100, [])
+    assert (st.attention_s, st.linear_s, st.overhead_s) == pytest.approx((1.5e-3, 3e-3, 5e-4))
+    assert model.misses == 0
+    miss = model.predict_split(64, 64 * 4000, [])  # no ratio for this class: the median 1.0
+    assert (miss.attention_s, miss.linear_s) == pytest.approx((1e-3, 2e-3))
+    assert model.misses == 1
+    with pytest.raises(ValueError, match="no executed step"):
+        measured_mod.MeasuredStep(Flat(), {})
 
 
-def test_a_request_time_must_be_a_step_end() -> None:
-    with pytest.raises(ValueError, match="no step's end"):
-        retime_mod.step_of(np.array([1.0, 2.0]), np.array([1.5]))
-
-
-def _simulate(out: Path) -> None:
-    """A small run with every request arriving at once (no idle gaps between steps)."""
+def test_check_on_a_simulated_run_with_synthetic_executed_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every executed step measured at 1.25x its prediction, one per class: the re-simulated
+    run (CPU side zero, every request at time 0) is 1.25x slower on every latency, so the
+    simulation's error is 1 / 1.25 - 1 = -20 %."""
     rows = [{"prompt_len": 40 + 8 * i, "output_len": 6 + i, "arrival_s": 0.0}
             for i in range(6)]
-    trace = out.parent / "trace.json"
+    trace = tmp_path / "trace.json"
     trace.write_text(json.dumps(rows))
-    cmd = [sys.executable, str(BENCHMARKS.parent / "simulate.py"), str(trace),
-           *check_mod.COMMON, "--out", str(out)]
-    cmd.remove("--dataset-name")
-    cmd.remove("random")
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=BENCHMARKS.parent)
-
-
-def test_check_scales_latencies_by_the_measured_ratio(tmp_path: Path) -> None:
-    """Every executed step 1.25x its prediction, the CPU side zero, no idle gaps: every step
-    end, hence every latency, is 1.25x, also where only some steps were executed."""
+    monkeypatch.setattr(check_mod, "SCENARIOS", {"tiny": [str(trace)]})
+    check_mod.prepare(tmp_path)
     run = tmp_path / "tiny"
-    _simulate(run)
     steps = pd.read_parquet(run / "steps.parquet")
-    classes = check_mod._log_classes(run / "allocation_log.jsonl.gz")
+    classes, first = check_mod.read_log(run / "allocation_log.jsonl.gz")
+    assert set(first) == {str(i) for i in range(6)}
     seen: set[str | None] = set()
     lines = []
     for row in steps.itertuples():
-        if classes[row.step] in seen:
-            continue  # one executed step per class: the others are scaled
-        seen.add(classes[row.step])
-        gpu = row.attention_s + row.linear_s
-        lines.append(json.dumps({"kind": "step", "step": row.step, "graph_s": 1.25 * gpu,
-                                 "eager_s": 2 * gpu, "moves_s": 0.0}))
+        if classes[row.step] not in seen:
+            seen.add(classes[row.step])
+            gpu = 1.25 * (row.attention_s + row.linear_s)
+            lines.append(json.dumps({"kind": "step", "step": row.step, "graph_s": gpu,
+                                     "eager_s": 2 * gpu, "moves_s": 0.0}))
     assert len(lines) < len(steps)
+    assert check_mod.main(["compare", str(tmp_path)]) == 2  # no executed steps yet
     (run / "executed_steps.jsonl").write_text("\n".join(lines) + "\n")
     assert (steps["overhead_s"] == 0).all()
     result = check_mod.check(run)
@@ -88,5 +84,8 @@ def test_check_scales_latencies_by_the_measured_ratio(tmp_path: Path) -> None:
         m = result["metrics"][metric]
         assert m["executed"] == pytest.approx(1.25 * m["simulated"], rel=1e-9)
         assert m["error"] == pytest.approx(-0.2, rel=1e-9)
+    assert result["unmeasured_class_steps"] == 0
     assert result["step_error_median"] == pytest.approx(0.2, rel=1e-9)
-    assert check_mod.main(["compare", str(tmp_path)]) == 2  # the other scenarios are absent
+    out = tmp_path / "r.json"
+    assert check_mod.main(["compare", str(tmp_path), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["tiny"]["num_executed"] == len(lines)
