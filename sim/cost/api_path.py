@@ -1,14 +1,11 @@
 """The per-request path outside the engine: API server, tokenisation, output delivery.
 
-In vLLM a request goes through the API server process (HTTP, request parsing, the prompt
-tokenised, an ``EngineCoreRequest`` built) and over ZMQ to the engine core's waiting queue;
-each output comes back over ZMQ to the API server's output processor (detokenised) and is
-streamed to the client. ``ApiPath`` prices both halves: a request sent at t joins the waiting
-queue at ``t + input_s + per_token_s x prompt`` (in send order: one API server event loop),
-and every output token reaches the client ``output_s`` after the step that sampled it. So
-TTFT and E2EL grow by the whole path at light load, TPOT and ITL do not change (every token
-is shifted alike); a client slot (``--max-concurrency``) frees when the last token arrives.
-Defaults and their sources: benchmarks/RESULTS.md ("Public vLLM runs"); a prediction.
+vLLM's API server parses the request, tokenises the prompt and sends it over ZMQ to the engine
+core; outputs come back over ZMQ, are detokenised and streamed. A request sent at t joins the
+waiting queue at ``t + input_s + per_token_s x prompt`` (in send order: one event loop) and
+each token reaches the client ``output_s`` after its step: TTFT and E2EL grow, TPOT and ITL do
+not, and a ``--max-concurrency`` slot frees at the last token. A prediction; defaults and
+sources: benchmarks/RESULTS.md, "Against public vLLM runs".
 """
 from __future__ import annotations
 
