@@ -108,7 +108,7 @@ def build_parser() -> Parser:
     g.add_argument("--step-model", default=D.step_model,
                    help="auto (fit where a shipped calibration matches, else roofline), "
                    "roofline[:k=v,...], fit[:FILE], calibrated, poly:FILE or table:FILE")
-    _timing_options(p.add_argument_group("step-time terms outside the GPU steps"))
+    _timing_options(p.add_argument_group("time outside the GPU steps (step and request)"))
     _cache_options(p.add_argument_group("KV cache and scheduler"))
     _run_options(p.add_argument_group("workload and run"))
     add_release_options(p.add_argument_group("vLLM release and scheduling policy"), D)
