@@ -43,6 +43,13 @@ from sim.conventions import (
     describe_source,
     workload_spec,
 )
+from sim.cost.api_path import (
+    DEFAULT_API_OUTPUT_MS,
+    DEFAULT_API_OVERHEAD_MS,
+    DEFAULT_TOKENIZE_US_PER_TOKEN,
+    api_path_of,
+    resolve_api_path,
+)
 from sim.cost.capacity import plan_kv_capacity
 from sim.cost.gpus import make_gpu
 from sim.cost.models import get_model
@@ -101,7 +108,7 @@ def build_parser() -> Parser:
     g.add_argument("--step-model", default=D.step_model,
                    help="auto (fit where a shipped calibration matches, else roofline), "
                    "roofline[:k=v,...], fit[:FILE], calibrated, poly:FILE or table:FILE")
-    _timing_options(p.add_argument_group("step-time terms outside the GPU steps"))
+    _timing_options(p.add_argument_group("time outside the GPU steps (step and request)"))
     _cache_options(p.add_argument_group("KV cache and scheduler"))
     _run_options(p.add_argument_group("workload and run"))
     add_release_options(p.add_argument_group("vLLM release and scheduling policy"), D)
@@ -118,6 +125,19 @@ def _timing_options(t: argparse._ArgumentGroup) -> None:
                    help="CPU side of a step, ms (default: the step model's, 2 ms)")
     t.add_argument("--cpu-per-seq-us", type=float, default=D.cpu_per_seq_us,
                    help="CPU side per scheduled sequence, us (default: the step model's, 10)")
+    t.add_argument("--api-overhead", action=argparse.BooleanOptionalAction,
+                   default=D.api_overhead,
+                   help="the request's path outside the engine (API server, tokenisation, "
+                   "output delivery; default: on for the auto, fit and calibrated step models)")
+    t.add_argument("--api-overhead-ms", type=float, default=D.api_overhead_ms,
+                   help=f"API server time from send to the waiting queue, ms "
+                   f"(default {DEFAULT_API_OVERHEAD_MS:g})")
+    t.add_argument("--tokenize-us-per-token", type=float, default=D.tokenize_us_per_token,
+                   help=f"tokenisation per prompt token, us (default "
+                   f"{DEFAULT_TOKENIZE_US_PER_TOKEN:g})")
+    t.add_argument("--api-output-ms", type=float, default=D.api_output_ms,
+                   help=f"from a sampled token to the client, ms (default "
+                   f"{DEFAULT_API_OUTPUT_MS:g})")
 
 
 def _result_options(r: argparse._ArgumentGroup) -> None:
@@ -265,7 +285,9 @@ def _resolve(o: Options) -> RunConfig:
                                 o.beam_width, o.beam_keep_prob, workload_spec(o),
                                 o.max_concurrency),
         output=OutputConfig(out_dir(o), o.record_allocation_log or o.validate, o.progress),
-        cost=CostConfig(o.step_model, o.tp_comm, o.cpu_overhead_ms, o.cpu_per_seq_us),
+        cost=CostConfig(o.step_model, o.tp_comm, o.cpu_overhead_ms, o.cpu_per_seq_us,
+                        **resolve_api_path(o.step_model, o.api_overhead, o.api_overhead_ms,
+                                           o.tokenize_us_per_token, o.api_output_ms).as_dict()),
         allocators=check_allocators(o.allocators),
         jobs=o.jobs or os.cpu_count() or 1, capacity=capacity)
     build_costs(config)  # the step-time model's spec and files are checked here, once
@@ -294,7 +316,8 @@ def describe(config: RunConfig, trace: Trace) -> str:
         (f"  model: {config.model.name} ({config.model.dtype}, kv cache "
          f"{cache.kv_cache_dtype}), gpu: {config.gpu.tp} x {config.gpu.spec.name}, "
          f"step model: {config.cost.step_model}"),
-        f"  step model used: {build_costs(config).step_model.description}",
+        (f"  step model used: {build_costs(config).step_model.description}; "
+         f"{api_path_of(config.cost).describe()}"),
         f"  {config.capacity.describe()}" if config.capacity is not None else
         f"  KV cache: {cache.num_gpu_blocks} GPU blocks x {cache.block_size} tokens",
         (f"  scheduler: max_model_len {sched.max_model_len}, max_num_seqs {sched.max_num_seqs}, "

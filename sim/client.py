@@ -7,7 +7,9 @@ then enters the waiting queue, with its ``arrival`` set to the send time, so TTF
 count from the send as vLLM measures them. A slot frees when its request leaves (finished or
 rejected), at the end of the step in which it left. The next send may then depend on any
 finish, so the engine runs step by step (``EngineState.coast`` off: no quiet steps run ahead
-in one go; the same results, more slowly).
+in one go; the same results, more slowly). With the API path on (``sim/cost/api_path.py``)
+a sent request joins the waiting queue after its inbound time, in send order, and its slot
+frees when the client has its last token: the path's way out after the request left.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any, Protocol
 
 import simpy
 
+from sim.cost.api_path import ApiPath
 from sim.sched.scheduler import Scheduler
 from sim.workload.sequence import Group
 from sim.workload.workload import Workload
@@ -30,16 +33,26 @@ class ArrivalState(Protocol):
     next_arrival: float
 
 
+NO_PATH = ApiPath()
+
+
 class Client:
     """N slots; ``leave`` (a group left the engine) frees one and wakes a waiting send."""
 
-    def __init__(self, env: simpy.Environment, limit: int) -> None:
+    def __init__(self, env: simpy.Environment, limit: int, path: ApiPath = NO_PATH) -> None:
         self.env = env
         self.limit = limit
+        self.path = path
         self.in_flight = 0
         self.freed: simpy.Event | None = None
 
     def leave(self, group: Group) -> None:
+        if self.path.output_s:
+            self.env.timeout(self.path.output_s).callbacks.append(self._free)
+        else:
+            self._free()
+
+    def _free(self, _: object = None) -> None:
         self.in_flight -= 1
         if self.freed is not None and not self.freed.triggered:
             self.freed.succeed()
@@ -56,6 +69,13 @@ def limited_arrivals(env: simpy.Environment, workload: Workload, sched: Schedule
                      state: ArrivalState, client: Client) -> Generator[simpy.Event, Any, None]:
     """Replay arrival times through the client's slots (see the module docstring)."""
     add = sched.admission.add_group
+    path, last = client.path, -math.inf
+
+    def enter(group: Group) -> None:
+        add(group)
+        state.num_arrived += 1
+        if state.wake is not None and not state.wake.triggered:
+            state.wake.succeed()
     for index, when in enumerate(workload.arrivals):
         now = env.now
         if when > now:
@@ -68,8 +88,9 @@ def limited_arrivals(env: simpy.Environment, workload: Workload, sched: Schedule
         group = workload.make_group(index)
         group.arrival = env.now
         client.in_flight += 1
-        add(group)
-        state.num_arrived = index + 1
-        if state.wake is not None and not state.wake.triggered:
-            state.wake.succeed()
+        if not path.on:
+            enter(group)
+            continue
+        last = max(env.now + path.inbound_s(group.prompt_len), last)
+        env.timeout(last - env.now).callbacks.append(lambda _, g=group: enter(g))
     state.next_arrival = math.inf

@@ -24,6 +24,7 @@ from typing import Any
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from sim.config import Options, RunConfig
+from sim.cost.api_path import api_path_of
 from sim.engine import build_costs, replay
 from sim.results.alloc_log import LogSection, assemble
 from sim.results.bench_out import bench_section, goodput_line, json_number, write_bench_json
@@ -271,7 +272,7 @@ def write_results(config: RunConfig, options: Options, trace: Trace, trace_sha25
 def config_record(config: RunConfig, options: Options) -> dict[str, Any]:
     """config.json's content (without provenance): the options as given, the scheduler's
     knobs (cache, scheduler, workload and output values, in the file's order), the vLLM
-    release profile, the model, GPU, capacity and step model."""
+    release profile, the model, GPU, capacity, step model and API path."""
     cache, sched, work = config.cache, config.scheduler, config.workload
     return {
         "options": {k: json_number(v) for k, v in asdict(options).items()},
@@ -292,4 +293,6 @@ def config_record(config: RunConfig, options: Options) -> dict[str, Any]:
         "gpu": asdict(config.gpu.spec),
         "capacity": asdict(config.capacity) if config.capacity is not None else None,
         "step_model": config.cost.step_model,
+        "api_path": {**api_path_of(config.cost).as_dict(),
+                     "about": "the request's path outside the engine (a prediction)"},
     }

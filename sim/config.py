@@ -30,6 +30,7 @@ _CHOICES = {"placement": PLACEMENTS, "preemption": PREEMPTION_MODES,
 _POSITIVE = ("tp", "block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens",
              "max_model_len", "n", "beam_width", "limit", "jobs", "num_prompts",
              "max_concurrency")
+_NON_NEGATIVE = ("api_overhead_ms", "tokenize_us_per_token", "api_output_ms")
 _FLAGS = {"fast": "--no-fast", "progress": "--no-progress", "trace": "TRACE"}
 
 
@@ -129,6 +130,10 @@ class Options:
     tp_comm: bool = True
     cpu_overhead_ms: float | None = None
     cpu_per_seq_us: float | None = None
+    api_overhead: bool | None = None
+    api_overhead_ms: float | None = None
+    tokenize_us_per_token: float | None = None
+    api_output_ms: float | None = None
     overwrite: bool = False
 
     def __post_init__(self) -> None:
@@ -153,6 +158,10 @@ class Options:
         if not 0.0 <= self.beam_keep_prob <= 1.0:
             raise OptionError("beam_keep_prob", "--beam-keep-prob must be in [0, 1], got "
                                                 f"{self.beam_keep_prob}")
+        for name in _NON_NEGATIVE:
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise OptionError(name, f"{flag(name)} must be >= 0, got {value}")
         spec_options(self)
 
 
@@ -191,14 +200,25 @@ class GpuConfig:
 
 @dataclass(frozen=True, slots=True)
 class CostConfig:
-    """How a step is priced: the step-time model spec (``--step-model``) and the terms the GPU
-    steps leave out (``--no-tp-comm``, ``--cpu-overhead-ms``, ``--cpu-per-seq-us``;
-    sim/cost/step_extras.py)."""
+    """How a step and a request are priced: the step-time model spec (``--step-model``), the
+    terms the GPU steps leave out (``--no-tp-comm``, ``--cpu-overhead-ms``,
+    ``--cpu-per-seq-us``; sim/cost/step_extras.py) and the request's path outside the engine
+    (sim/cost/api_path.py: fixed ms in, us per prompt token, fixed ms out). The path is off
+    (zeros) when built directly; the command line resolves ``--api-overhead`` and its values
+    (on by default for the auto, fit and calibrated step models)."""
 
     step_model: str = "auto"
     tp_comm: bool = True
     cpu_overhead_ms: float | None = None
     cpu_per_seq_us: float | None = None
+    api_overhead_ms: float = 0.0
+    tokenize_us_per_token: float = 0.0
+    api_output_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in _NON_NEGATIVE:
+            if not getattr(self, name) >= 0:
+                raise OptionError(name, f"{flag(name)} must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from allocator.paged import PagedKVCacheManager
 from allocator.registry import make_manager
 from sim.client import Client, limited_arrivals
 from sim.config import RunConfig
+from sim.cost.api_path import api_path_of, entry_times
 from sim.cost.spec_cost import DraftTime, make_draft_time
 from sim.cost.step_base import StepModel, StepTime
 from sim.cost.step_extras import extras_of
@@ -91,10 +92,11 @@ class EngineState:
 
 
 def arrivals(env: simpy.Environment, workload: Workload, sched: Scheduler,
-             state: EngineState) -> Generator[simpy.Event, Any, None]:
-    """Replay arrival times; each request joins the waiting queue at its time."""
+             state: EngineState, entries: list[float]) -> Generator[simpy.Event, Any, None]:
+    """Replay arrival times; each request joins the waiting queue at its entry time (its
+    arrival, or after the API path: ``sim/cost/api_path.py``)."""
     add = sched.admission.add_group
-    for index, when in enumerate(workload.arrivals):
+    for index, when in enumerate(entries):
         now = env.now
         if when > now:
             delay = when - now
@@ -216,7 +218,8 @@ def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
     profile = config.scheduler.vllm_profile
     workload = Workload(trace, config, make_hasher(cache.block_size, cache.block_hash, profile)
                         if caching else None)
-    log = RunLog(len(trace))
+    path = api_path_of(config.cost)
+    log = RunLog(len(trace), path.output_s)
     paged = isinstance(manager, PagedKVCacheManager)
     sched = Scheduler(manager, config, workload, log,
                       fast=uses_fast_path(manager, config, workload), independent=not paged,
@@ -232,9 +235,11 @@ def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
     env = simpy.Environment()
     limit = config.workload.max_concurrency
     if limit is None:
-        env.process(arrivals(env, workload, sched, state))
+        entries = (entry_times(workload.arrivals, workload.prompt_lens, path) if path.on
+                   else workload.arrivals)
+        env.process(arrivals(env, workload, sched, state, entries))
     else:
-        client = Client(env, limit)
+        client = Client(env, limit, path)
         sched.state.on_finish = client.chain(sched.state.on_finish)
         sched.state.on_reject = client.chain(sched.state.on_reject)
         state.coast = False

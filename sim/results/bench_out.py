@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from sim.config import Options, RunConfig
+from sim.cost.api_path import api_path_of
 from sim.results.bench import bench_metrics
 from sim.results.outputs import write_json
 from traces import Trace
@@ -47,13 +48,15 @@ def json_number(value: Any) -> Any:
 
 def bench_section(config: RunConfig, options: Options, trace: Trace,
                   outcomes: list[Any]) -> dict[str, Any]:
-    """summary.json's "bench" entry: the workload record and each allocator's metrics."""
+    """summary.json's "bench" entry: the workload record and each allocator's metrics (token
+    times as the client sees them: step ends plus the API path's way out)."""
+    delivery = api_path_of(config.cost).output_s
     return {
         "about": "vllm bench serve's metric names and definitions (ms; throughputs per s); "
                  "see sim/results/results_schema.json",
         **workload_record(config, options, trace),
-        "allocators": {o.name: bench_metrics(o.requests.to_pydict(), _step_end(o.steps),
-                                             options)
+        "allocators": {o.name: bench_metrics(o.requests.to_pydict(),
+                                             _step_end(o.steps) + delivery, options)
                        for o in outcomes if o.error is None and o.requests is not None},
     }
 

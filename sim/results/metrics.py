@@ -77,8 +77,11 @@ def step_row(step: int, time_s: float, duration_s: float, attention_s: float, li
 class RunLog:
     """Everything one allocator's run records."""
 
-    def __init__(self, num_requests: int) -> None:
+    def __init__(self, num_requests: int, delivery_s: float = 0.0) -> None:
         self.num_requests = num_requests
+        self.delivery_s = delivery_s
+        """Seconds from the step that samples a token to the client (the API path's way
+        out): added to first_token_s and finish_s, which are what the client sees."""
         self.steps: list[tuple[Any, ...]] = []
         self.groups: list[Group] = []
         self.first_arrival: float | None = None
@@ -103,11 +106,16 @@ class RunLog:
         groups = sorted(self.groups, key=lambda g: g.index)
         if not groups:
             return {name: [] for name in REQUEST_COLUMNS}
+        d = self.delivery_s
         rows = [(g.request_id, g.index, g.line, g.status, g.arrival, g.first_scheduled,
-                 g.first_token, g.finish, g.prompt_len, g.output_len, g.trace_output_len,
-                 g.cached_tokens, g.num_preemptions, g.n, g.beam_width, g.truncated,
-                 g.reject_reason) for g in groups]
+                 _later(g.first_token, d), _later(g.finish, d), g.prompt_len, g.output_len,
+                 g.trace_output_len, g.cached_tokens, g.num_preemptions, g.n, g.beam_width,
+                 g.truncated, g.reject_reason) for g in groups]
         return {name: list(col) for name, col in zip(REQUEST_COLUMNS, zip(*rows))}
+
+
+def _later(when: float | None, delay: float) -> float | None:
+    return when + delay if when is not None and delay else when
 
 
 def _mean(values: np.ndarray) -> float | None:

@@ -98,8 +98,9 @@ def option_value(key: str, value: Any) -> Any:
     kind = OPTION_TYPES.get(key)
     if kind is None:
         raise OptionError(key, f"{key}: not a simulate.py option")
-    if kind == "bool" or isinstance(value, bool):
-        if kind != "bool":
+    switch = kind in ("bool", "bool | None")  # None: the default decides (async, API path)
+    if switch or isinstance(value, bool):
+        if not switch:
             raise OptionError(key, f"{key}: expected a value, not {str(value).lower()}")
         if not isinstance(value, bool):
             raise OptionError(key, f"{key}: expected true or false, got {value!r}")

@@ -31,9 +31,11 @@ BASE: dict[str, list[str]] = {
                      "--allocators", "paged,oracle", "--placement", "first-fit"],
 }
 # The first wave's scenarios under 0.14 (bytes kept), the same under 0.33 without async
-# scheduling (LIFO free order, admission gate, ...), and runs at the full 0.33 defaults.
+# scheduling (LIFO free order, admission gate, ...; the engine alone, without the API path),
+# and runs at the full 0.33 defaults (API path included).
 CASES: dict[str, list[str]] = {name: [*args, *V014] for name, args in BASE.items()}
-CASES.update({f"{name}_v033": [*args, *SYNC] for name, args in BASE.items()})
+CASES.update({f"{name}_v033": [*args, *SYNC, "--no-api-overhead"]
+              for name, args in BASE.items()})
 CASES["tiny_azure_default"] = BASE["tiny_azure"]
 CASES["tiny_azure_async_eagle"] = [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "160",
                                    "--allocators", "paged", "--speculative-config",
