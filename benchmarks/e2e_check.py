@@ -6,9 +6,9 @@
     PYTHONPATH=. python benchmarks/e2e_check.py compare DIR [--json F]
 
 ``prepare`` simulates each scenario (Llama-3-8B on one H200, open-loop Poisson arrivals, the
-default calibrated step model, paged manager) with the allocation log recorded and the CPU
-side of a step set to zero, so that simulated and executed times both cover the GPU steps
-alone. The executor runs a sample of each schedule's steps (every shape class). ``compare``
+default calibrated step model, paged manager) with the allocation log recorded, the CPU
+side of a step set to zero and the API path off, so that simulated and executed times both
+cover the GPU steps alone. The executor runs a sample of each schedule's steps (every shape class). ``compare``
 simulates each scenario again with step times taken from the executed steps (each step's
 prediction times its class's median measured / predicted ratio, benchmarks/e2e_measured.py:
 open loop, so the schedule follows the measured times, as a faster or slower engine's would)
@@ -45,6 +45,7 @@ from sim.workload.source import load_input
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = ["--model", "Llama-3-8B", "--gpu", "H200-141GB", "--allocators", "paged",
           "--record-allocation-log", "--cpu-overhead-ms", "0", "--cpu-per-seq-us", "0",
+          "--no-api-overhead",
           "--seed", "0", "--overwrite", "--no-progress"]
 RANDOM = ["--dataset-name", "random"]
 SCENARIOS: dict[str, list[str]] = {
