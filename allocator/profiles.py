@@ -30,6 +30,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "full_sequence_check": ("none", "can_fit_full_sequence", "allocate_slots"),
     "swa_admission_cap": ("none", "every_check", "full_sequence"),
     "swa_admission_cap_tokens": ("max_num_batched_tokens", "max_in_flight_tokens"),
+    "output_caching": ("async", "async_or_spec"),
+    "draft_padding": ("none", "with_running", "with_running_or_hit"),
 }
 """The allowed values of every string switch."""
 
@@ -77,6 +79,15 @@ class VllmProfile:
         async_scheduling_default: async scheduling on by default (where supported).
         async_in_flight_swa_free: sliding-window frees count ``num_in_flight_tokens``.
         async_skip_undelivered_preempted: preempted requests with undelivered outputs wait.
+        output_caching: which steps' outputs cache the blocks they complete as they arrive
+            (before a finished request is freed): ``async`` (async scheduling only) or
+            ``async_or_spec`` (speculative decoding as well).
+        draft_padding: speculative decoding pads a waiting request with one token left to
+            ``1 + K`` tokens of placeholder drafts (always rejected): ``none``;
+            ``with_running`` (when running requests were scheduled and none is mid-prefill;
+            admission stops when the padded request would pass the budget or the model
+            length); ``with_running_or_hit`` (also for a request with computed tokens; left
+            unpadded without room for the sampled token).
         gpu_memory_utilization: the engine default.
         max_num_active_seqs_option: the ``max_num_active_seqs`` admission limit exists.
     """
@@ -101,6 +112,8 @@ class VllmProfile:
     async_scheduling_default: bool = True
     async_in_flight_swa_free: bool = False
     async_skip_undelivered_preempted: bool = False
+    output_caching: str = "async"
+    draft_padding: str = "none"
     gpu_memory_utilization: float = 0.9
     max_num_active_seqs_option: bool = False
 
@@ -152,14 +165,15 @@ CHANGES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("0.24", {"free_order": "lifo_unhashed", "ext_clamp": "any_token", "watermark": 0.0}),
     ("0.26", {"swa_admission_cap_tokens": "max_in_flight_tokens",
               "async_in_flight_swa_free": True}),
-    ("0.27", {"free_order": "lifo_cached_only"}),
+    ("0.27", {"free_order": "lifo_cached_only", "draft_padding": "with_running"}),
     ("0.28", {"free_order": "lifo_unhashed"}),
     ("0.29", {"none_hash_seed": "fixed"}),
     ("0.30", {"prefix_cache_retention_interval": 0}),
     ("0.31", {"extra_keys": "tagged", "zero_token_adopt": True, "long_prefill_lone_request": True,
               "max_num_active_seqs_option": True, "async_skip_undelivered_preempted": True}),
     ("0.32", {"cascade_prefix": "zeros"}),
-    ("0.33", {"null_block_ref_cnt": "untracked", "priority_self_preemption_continue": True}),
+    ("0.33", {"null_block_ref_cnt": "untracked", "priority_self_preemption_continue": True,
+              "output_caching": "async_or_spec", "draft_padding": "with_running_or_hit"}),
 )
 """The release table: (first release, the switches it changed). 0.15-0.18 change nothing."""
 

@@ -4,7 +4,8 @@ Runs in vLLM's interpreter (0.14 ... 0.33); one stream (``vllm_sched_stream.py``
 JSON line, its per-step records as the reply line. No model is loaded (a stand-in model
 configuration; ngram speculative decoding, without lookahead slots). Each step adds its
 arrivals, calls ``schedule()`` and answers with a ``ModelRunnerOutput``: a request that caught
-up samples its next fixed token plus its accepted drafts, a partial prefill nothing. Async
+up samples its next fixed token plus its accepted drafts (never a placeholder draft, which the
+rejection sampler always rejects), a partial prefill nothing. Async
 scheduling schedules the next step before the previous step's output is delivered.
 """
 
@@ -195,7 +196,8 @@ class Driver:
         for rid in out.num_scheduled_tokens:
             req = sched.requests[rid]
             if req.num_computed_tokens >= req.num_tokens:
-                samplers[rid] = len(drafts.get(rid, ()))
+                # placeholder drafts (-1, padding a new decode) never match: none accepted
+                samplers[rid] = sum(1 for token in drafts.get(rid, ()) if token >= 0)
         return record, samplers
 
     def deliver(self, out: Any, record: dict[str, Any], samplers: dict[str, int]) -> None:

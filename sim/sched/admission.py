@@ -48,6 +48,11 @@ class Admission:
         self.allocate = admit_call(state.manager, config)
         self.priority = config.scheduling_policy == "priority"
         self.max_seqs = min(config.max_num_seqs, config.max_num_active_seqs or sys.maxsize)
+        self.pad: Callable[[Seq, int, StepPlan, int], int | None] | None = None
+        """Speculative decoding's placeholder drafts for a request with one token left
+        (``StepExtras.pad_drafts``), where the release pads."""
+        self.num_running = 0
+        """Entries of the plan the running loop scheduled (read by ``pad``)."""
 
     def add_group(self, group: Group) -> None:
         """A request arrives: queue it, or reject it at once when it can never be served."""
@@ -65,6 +70,7 @@ class Admission:
         state = self.state
         waiting, running = state.waiting, state.running
         max_seqs = self.max_seqs
+        self.num_running = len(plan.seqs)
         while waiting and plan.budget > 0 and len(running) < max_seqs:
             if self.priority:
                 priority_to_front(waiting)
@@ -127,7 +133,13 @@ class Admission:
         req = seq.req
         seq.flush()
         blocks, hit = state.manager.get_computed_blocks(req)
-        n = min(seq.num_tokens - hit, state.prefill_cap)
+        n = seq.num_tokens - hit
+        if n == 1 and self.pad is not None:
+            drafts = self.pad(seq, hit, plan, self.num_running)
+            if drafts is None:
+                return False
+            n += drafts
+        n = min(n, state.prefill_cap)
         if not state.config.chunked_prefill and n > plan.budget:
             return False
         n = min(n, plan.budget)

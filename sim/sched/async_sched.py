@@ -11,12 +11,17 @@ the release says). A sequence preempted while its step is in flight still gets t
 (vLLM delivers stale output) and may finish in the waiting queue; it is re-admitted only
 after that (in this model the output is always applied before the next admission, so vLLM's
 skip of undelivered preempted requests has nothing left to skip).
+A running sequence's output caches the blocks it completes as it arrives (vLLM's
+``cache_blocks`` in ``update_from_output``), before a finished sequence is freed: under async
+scheduling in every release, for speculative decoding too where the profile's
+``output_caching`` says so (0.33).
 Without async the same bookkeeping runs at apply time, for speculative decoding alone.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from allocator.request import Request
 from sim.config import InputError
 from sim.sched.plan import StepPlan
 from sim.sched.spec import SpecDecode
@@ -35,9 +40,17 @@ class StepExtras:
         self.spec = spec
         self.overlap = overlap
         self.placeholders: dict[Seq, int] = {}
+        self.pads = spec is not None and state.config.vllm_profile.draft_padding != "none"
+        """Whether admission asks ``pad_drafts`` (the release pads drafts)."""
+        self.padding: set[Seq] = set()
+        """Sequences given placeholder drafts while this step is scheduled."""
         self.lookahead = spec.lookahead if spec is not None else 0
         self.num_overlapped = 0
         self.num_tokens = 0
+        caches = overlap or (spec is not None
+                             and state.config.vllm_profile.output_caching == "async_or_spec")
+        self._cache_blocks: Callable[[Request, int], None] | None = \
+            getattr(state.manager, "cache_blocks", None) if caches else None
 
     def extra(self, seq: Seq, computed: int) -> int:
         """Tokens past ``seq.num_tokens`` the next step may compute: placeholders + drafts."""
@@ -48,6 +61,30 @@ class StepExtras:
         if held:
             return held + spec.k
         return spec.drafts(seq, computed)
+
+    def pad_drafts(self, seq: Seq, computed: int, plan: StepPlan, num_running: int) -> int | None:
+        """Placeholder drafts for a waiting ``seq`` with one token left (vLLM pads such a
+        request to ``1 + K`` tokens for a uniform decode batch; the drafts are always
+        rejected): K, 0, or None when admission must stop. ``num_running``: the entries of
+        ``plan`` scheduled by the running loop."""
+        spec, mode = self.spec, self.state.config.vllm_profile.draft_padding
+        assert spec is not None
+        running = plan.seqs[:num_running]
+        if any(other not in spec.drafting for other in running):  # a prefill chunk ran
+            return 0
+        padded, limit = 1 + spec.k, self.state.config.max_model_len
+        if mode == "with_running":
+            if not running:
+                return 0
+            if padded > plan.budget or computed + padded > limit:
+                return None
+        else:
+            if not running and computed == 0 or computed + padded + 1 > limit:
+                return 0
+            if padded > plan.budget:
+                return None
+        self.padding.add(seq)
+        return spec.k
 
     def done_in_flight(self, seq: Seq) -> bool:
         """The step in flight reaches the output length even if all its drafts fail."""
@@ -60,6 +97,9 @@ class StepExtras:
         the step is in flight at once (computed tokens and placeholders advance)."""
         outcome: dict[Seq, int] = {}
         plan.outcome = outcome
+        if self.padding:
+            plan.padded = self.padding.intersection(plan.seqs)
+            self.padding = set()
         self.num_tokens += sum(plan.tokens)
         spec = self.spec
         for seq, n, c in zip(plan.seqs, plan.tokens, plan.contexts):
@@ -91,19 +131,41 @@ class StepExtras:
             else:
                 req.num_computed_tokens += n
             if seq.status == WAITING and drafts >= 0:
-                self._stale(seq, self._accept(seq, drafts))
+                self._stale(seq, self._accept(seq, drafts, plan))
                 continue
-            if seq.status != RUNNING or drafts < 0:
+            if seq.status != RUNNING:
                 continue
-            accepted = self._accept(seq, drafts)
+            if self.spec is not None:
+                self.spec.stepped(seq, drafts >= 0)
+            if drafts < 0:
+                continue
+            accepted = self._accept(seq, drafts, plan)
             req.num_computed_tokens -= drafts - accepted
             if seq.group.first_scheduled is None:
                 seq.group.first_scheduled = start
             seq.num_out = min(seq.num_out + accepted, seq.group.output_len - 1)
+            if self._cache_blocks is not None:
+                self._cache_output(seq)
             sample(seq, plan)
 
-    def _accept(self, seq: Seq, drafts: int) -> int:
-        return self.spec.accept(seq, drafts) if self.spec is not None and drafts else 0
+    def _cache_output(self, seq: Seq) -> None:
+        """Append the output's tokens (accepted drafts and the sampled one) and cache the
+        blocks they complete: computed tokens less those in flight, and never the last token
+        (vLLM trims the computed count of a request that stops inside its drafts)."""
+        req = seq.req
+        req.append_output_token_ids(seq.out_ids[req.num_output_tokens:seq.num_out + 1])
+        assert self._cache_blocks is not None
+        self._cache_blocks(req, min(req.num_computed_tokens - req.num_in_flight_tokens,
+                                    req.num_tokens - 1))
+
+    def _accept(self, seq: Seq, drafts: int, plan: StepPlan) -> int:
+        spec = self.spec
+        if spec is None or not drafts:
+            return 0
+        if seq in plan.padded:
+            spec.count(drafts, 0)
+            return 0
+        return spec.accept(seq, drafts)
 
     def _release(self, seq: Seq, count: int) -> None:
         left = self.placeholders[seq] - count
@@ -153,8 +215,8 @@ class StepExtras:
     def left(self, seq: Seq) -> None:
         """The sequence left the running order (preempted or finished): no placeholders."""
         self.placeholders.pop(seq, None)
-        if self.spec is not None and seq.num_out >= seq.group.output_len:
-            self.spec.forget(seq)
+        if self.spec is not None:
+            self.spec.forget(seq, seq.num_out >= seq.group.output_len)
 
 
 def make_extras(state: SchedState, workload: Workload, fanout: bool,

@@ -24,6 +24,7 @@ class StepPlan:
         "num_steady",
         "outcome",
         "overlapped",
+        "padded",
         "preempted",
         "prefix_hits",
         "prefix_queries",
@@ -55,6 +56,8 @@ class StepPlan:
         """Spec decoding or async: each sequence's drafts if the step samples it, else -1."""
         self.overlapped = False
         """Scheduled while the step before it ran (async scheduling)."""
+        self.padded: set[Seq] | frozenset[Seq] = frozenset()
+        """Spec decoding: sequences whose drafts are placeholders (always rejected)."""
         self._split: tuple[int, int, list[tuple[int, int]], int] | None = None
 
     def add(self, seq: Seq, num_tokens: int, context: int) -> None:

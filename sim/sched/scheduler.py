@@ -112,6 +112,8 @@ class Scheduler:
             self.skips_calls = self.steady.tally.skips_calls
         state.on_finish = state.on_reject = log.add_group
         self.extras = make_extras(state, workload, fanout, config.cache.block_size)
+        if self.extras is not None and self.extras.pads:
+            self.admission.pad = self.extras.pad_drafts
         lookahead = self.extras.lookahead if self.extras is not None else 0
         # allocate_slots' keywords, built once: draft slots where spec decoding reserves them
         self._slot_kwargs = {"num_lookahead_tokens": lookahead} if lookahead else {}

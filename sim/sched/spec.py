@@ -7,8 +7,10 @@ drafts are accepted, each position independently with its probability given the 
 it (a seeded generator per sequence, so the draws do not depend on the batch; a trace's
 ``acceptance_rate`` column gives a request its own probability at every position); the rejected
 ones are rolled back (``num_computed_tokens -= rejected``), so the block hashes only ever
-cover accepted tokens. The sequence gains ``a + 1`` output tokens. A sequence in prefill,
-or just re-admitted after preemption, has no drafts until it samples.
+cover accepted tokens. The sequence gains ``a + 1`` output tokens. Drafts are proposed only
+after a step in which the sequence sampled (vLLM's drafter skips a partial prefill, whose
+token is discarded), so a sequence in prefill, or re-admitted after preemption (which drops
+its drafts), has none until it samples, even when its last chunk leaves it one token short.
 """
 from __future__ import annotations
 
@@ -41,10 +43,19 @@ class SpecDecode:
         self.num_accepted = 0
         self.lookahead_blocks = 0
         """Blocks held only for lookahead slots, summed over steps."""
+        self.drafting: set[Seq] = set()
+        """Sequences whose last step sampled: they bring drafts to their next step."""
 
     def drafts(self, seq: Seq, computed: int) -> int:
         """Draft tokens ``seq`` brings to its next step (``computed`` of its tokens done)."""
-        return self.k if seq.num_out > 0 and computed == seq.num_tokens - 1 else 0
+        return self.k if seq in self.drafting and computed == seq.num_tokens - 1 else 0
+
+    def stepped(self, seq: Seq, sampled: bool) -> None:
+        """After a step of ``seq``: it has drafts for its next step iff it sampled."""
+        if sampled:
+            self.drafting.add(seq)
+        else:
+            self.drafting.discard(seq)
 
     def accept(self, seq: Seq, num_drafts: int) -> int:
         """How many of ``num_drafts`` verified drafts are accepted (the leading run)."""
@@ -58,19 +69,26 @@ class SpecDecode:
         accepted = 0
         while accepted < num_drafts and rng.random() < rates[accepted]:
             accepted += 1
+        self.count(num_drafts, accepted)
+        return accepted
+
+    def count(self, num_drafts: int, accepted: int) -> None:
+        """One verification of ``num_drafts`` drafts, ``accepted`` of them accepted."""
         self.num_verified += 1
         self.num_drafts += num_drafts
         self.num_accepted += accepted
-        return accepted
 
     def held(self, num_blocks: int, end: int) -> int:
         """Of the ``num_blocks`` a sequence holds after its call, those past its computed
         tokens' last block (``end`` tokens): the lookahead slots' blocks."""
         return max(0, num_blocks - -(-end // self.block_size))
 
-    def forget(self, seq: Seq) -> None:
-        """The sequence left for good: drop its generator."""
-        self._rngs.pop((seq.request_id, seq.sample), None)
+    def forget(self, seq: Seq, for_good: bool) -> None:
+        """The sequence left the running order: its drafts go; its generator too if it left
+        for good."""
+        self.drafting.discard(seq)
+        if for_good:
+            self._rngs.pop((seq.request_id, seq.sample), None)
 
     def summary(self, num_steps: int, num_tokens: int) -> dict[str, float | int]:
         """The run's speculative-decoding figures for summary.json and the table."""

@@ -6,6 +6,11 @@ chunked prefill and a pool that forces recompute preemption; seed 2 with prefix 
 160-token model length (outputs cut there), seed 5 without caching and with a preemption right
 before a request could have been admitted. Each step's record holds the scheduled requests and
 token counts, admissions, preemption victims, finishes and every running request's block ids.
+``vllm_sched_0_33_async_seed0.json`` and ``vllm_sched_0_33_spec2_seedS.json`` were recorded
+the same way from vLLM 0.33.0 with ``--async`` and ``--spec 2`` (200 steps): blocks cached by
+a finishing request's last output (the 0.24+ free order shows them), ngram drafts with
+placeholder padding of new decodes (seed 0), and no drafts for a request whose recompute
+after preemption ends one token short (seed 3).
 No vLLM is needed here.
 """
 
@@ -68,3 +73,13 @@ def test_a_changed_record_is_a_divergence(harness: ModuleType, golden: dict[str,
     assert harness.first_divergence(ours, theirs) == step
     config = golden["stream"]["config"]
     assert harness.classify(config, ours[step], theirs[step]) == "recompute preemption"
+
+
+@pytest.mark.parametrize("name", ["vllm_sched_0_33_async_seed0", "vllm_sched_0_33_spec2_seed0",
+                                  "vllm_sched_0_33_spec2_seed3"])
+def test_pagedsim_matches_vllm_0_33_async_and_spec(harness: ModuleType, name: str) -> None:
+    golden = json.loads((GOLDEN / f"{name}.json").read_text())
+    ours = harness.run_pagedsim(golden["stream"], "0.33")
+    step = harness.first_divergence(ours, golden["records"])
+    detail = "" if step < 0 else f"step {step}: pagedsim {ours[step]} vllm {golden['records'][step]}"
+    assert step == -1, detail

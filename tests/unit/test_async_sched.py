@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
+from allocator.profiles import profile_for
 from sim.cli import main
 from sim.config import OptionError, Options
 from sim.cost.spec_cost import SpecConfig
 from sim.sched.plan import StepPlan
 from sim.sched.spec_rules import scheduler_fields
 from tests.unit.simkit import STEP_S, make_trace, rows, simulate, steps
-from tests.unit.test_spec import scheduler
+from tests.unit.test_spec import drive, scheduler
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -144,3 +145,21 @@ def test_command_line_refusals_exit_2_with_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "--speculative-config" in err or "--async-scheduling" in err
+
+
+def test_final_output_caches_the_block_it_fills_before_the_free() -> None:
+    """The minimal diverging stream of ``vllm_diff.py --scheduler --async`` against vLLM
+    0.27.0 (seed 0): A (52-token prompt, 56 outputs) runs; B (101, 12) joins a step later and
+    finishes with its 7th block just filled by its last delivered output. vLLM's async
+    ``update_from_output`` caches that block before freeing B, so under the 0.24+ free order
+    it goes to the queue's tail and A's next block is 13 (pagedsim gave it 11, B's unhashed
+    block at the queue's front). 0.23 appends either way."""
+    trace = make_trace([(0.0, 52, 56), (0.0, 101, 12)])
+    for version, expected in (("0.27", 13), ("0.33", 13), ("0.23", 13)):
+        sched = scheduler(trace, async_scheduling=True, num_gpu_blocks=40, max_num_seqs=4,
+                          max_num_batched_tokens=128, max_model_len=160,
+                          vllm_profile=profile_for(version))
+        sched.state.waiting.clear()  # ``scheduler`` queued both; they arrive as in the stream
+        records = drive(sched, {0: 0, 1: 1}, 30, overlap=True)
+        assert records[28]["blocks"] == {"r0": [1, 2, 3, 4, 12]}
+        assert records[29]["blocks"] == {"r0": [1, 2, 3, 4, 12, expected]}, version

@@ -221,3 +221,13 @@ def test_distinct_profiles_and_describe() -> None:
     assert "0.15" not in versions and versions[-1] == "0.33"
     assert profile_for("0.14").describe() == "vLLM 0.14 profile: 0.14 behaviour"
     assert "null_block_ref_cnt='untracked'" in profile_for("0.33").describe()
+
+
+def test_spec_and_async_switches_by_release() -> None:
+    """Output caching and draft padding: as read in vLLM 0.14, 0.19, 0.23, 0.27 and 0.33."""
+    assert [profile_for(v).output_caching for v in ("0.14", "0.27", "0.32", "0.33")] == [
+        "async", "async", "async", "async_or_spec"]
+    assert [profile_for(v).draft_padding for v in ("0.14", "0.26", "0.27", "0.32", "0.33")] == [
+        "none", "none", "with_running", "with_running", "with_running_or_hit"]
+    with pytest.raises(ValueError, match="draft_padding"):
+        VllmProfile(draft_padding="always")

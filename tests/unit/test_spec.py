@@ -10,14 +10,17 @@ import pytest
 from allocator.hashing import get_request_block_hasher, init_none_hash, sha256
 from allocator.kv_cache_manager import KVCacheManager
 from allocator.kv_cache_spec import KVCacheConfig
+from allocator.profiles import profile_for
 from allocator.request import Request
 from sim.cost.spec_cost import SpecConfig
 from sim.engine import _make_manager
 from sim.results.metrics import RunLog
+from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler
 from sim.workload.block_hash import make_hasher
 from sim.workload.workload import Workload
 from tests.unit.simkit import make_trace, run_config, simulate, steps
+from traces.datasets import random_dataset
 from traces.model import Trace
 from traces.records import TraceRequest
 
@@ -88,9 +91,9 @@ def test_lookahead_slots_take_a_block_and_are_counted() -> None:
     assert free_ahead[1] == free_plain[1] - 16
 
 
-def scheduler(trace: Any, **options: Any) -> Scheduler:
+def scheduler(trace: Any, caching: bool = True, **options: Any) -> Scheduler:
     config = run_config(**options)
-    manager = _make_manager("paged", config, True)
+    manager = _make_manager("paged", config, caching)
     if config.scheduler.use_eagle:
         manager.use_eagle = True  # type: ignore[attr-defined]
     workload = Workload(trace, config, make_hasher(16, "fast"))
@@ -98,6 +101,33 @@ def scheduler(trace: Any, **options: Any) -> Scheduler:
     for index in range(len(trace)):
         sched.admission.add_group(workload.make_group(index))
     return sched
+
+
+def drive(sched: Any, arrivals: dict[int, int], num_steps: int,
+          overlap: bool = False) -> list[dict[str, Any]]:
+    """Step ``sched`` as vLLM's engine does (``arrivals``: step -> trace index joining then):
+    with async a step's outputs arrive after the next step is scheduled. Each step's
+    scheduled (request, tokens) pairs and block ids per running request."""
+    records = []
+    in_flight = None
+    for step in range(num_steps):
+        if step in arrivals:
+            sched.admission.add_group(sched.state.workload.make_group(arrivals[step]))
+        plan = sched.schedule(float(step))
+        records.append({
+            "scheduled": [] if plan is None else
+            [(seq.request_id, n) for seq, n in zip(plan.seqs, plan.tokens)],
+            "blocks": {seq.request_id: list(sched.manager.get_block_ids(seq.request_id)[0])
+                       for seq in sched.state.running.values()}})
+        if in_flight is not None:
+            sched.apply(in_flight, step + 0.5, step - 1.0)
+            in_flight = None
+        if plan is not None:
+            in_flight = plan
+            if not overlap:
+                sched.apply(plan, step + 0.5, float(step))
+                in_flight = None
+    return records
 
 
 def test_rejected_drafts_are_never_cached() -> None:
@@ -135,7 +165,6 @@ def test_eagle_drops_the_last_hit_block() -> None:
     assert hits == [48, 32]
 
 
-
 def test_a_trace_acceptance_rate_replaces_the_runs_rate_for_its_request() -> None:
     """Run rate 0 (every draft rejected); request r0's own rate 1 accepts all of its drafts:
     r0's two verify steps add 4 outputs each, r1's five add one each."""
@@ -146,3 +175,56 @@ def test_a_trace_acceptance_rate_replaces_the_runs_rate_for_its_request() -> Non
     assert result.counters["num_draft_tokens"] == (2 + 4) * 3
     alone = simulate(make_trace([(0.0, 32, 9)]), **spec_options(rate=0.0))
     assert alone.counters["num_accepted_tokens"] == 0
+
+
+SPEC_STREAM = {"num_gpu_blocks": 40, "max_num_seqs": 4, "max_num_batched_tokens": 128,
+               "max_model_len": 160}
+"""The configuration of the minimal diverging streams of ``vllm_diff.py --scheduler --spec 2``."""
+
+
+def test_a_resumed_request_has_no_drafts_until_it_samples() -> None:
+    """The mechanism of the minimal diverging stream against vLLM 0.14.0 and 0.19.0 (seed 3,
+    r17, no prefix caching): a request preempted after decoding is recomputed in chunks, the
+    last leaving one token. vLLM's drafter proposes nothing after a partial prefill (its token is discarded),
+    so the next step schedules that one token alone (pagedsim gave it 1 + K)."""
+    trace = make_trace([(0.0, 40, 40)])
+    for version in ("0.14", "0.19", "0.33"):
+        sched = scheduler(trace, caching=False, **spec_options(k=2),
+                          max_num_batched_tokens=64, vllm_profile=profile_for(version))
+        records = drive(sched, {}, 9)
+        assert [n for r in records for _, n in r["scheduled"]] == [40] + [3] * 8
+        seq = next(iter(sched.state.running.values()))
+        assert seq.num_tokens == 65
+        sched.preemption.preempt(seq, StepPlan(64))
+        records = drive(sched, {}, 3)
+        assert [r["scheduled"] for r in records] == [[("r0", 64)], [("r0", 1)], [("r0", 3)]]
+
+
+def test_a_new_decode_is_padded_with_placeholder_drafts() -> None:
+    """The minimal diverging stream against vLLM 0.33.0 (seed 0): r43 (49-token prompt)
+    decodes when r45 (a 1-token prompt) arrives. From 0.27 vLLM pads r45 to 1 + K tokens with
+    placeholder drafts, which are always rejected (even at acceptance 1): r45 gains one token
+    (vLLM 0.19.0: [3, 1]; 0.27.0 and 0.33.0: [3, 3])."""
+    trace = make_trace([(0.0, 49, 17), (0.0, 1, 5)])
+    for version, padded in (("0.19", 1), ("0.27", 3), ("0.33", 3)):
+        sched = scheduler(trace, **spec_options(k=2), **SPEC_STREAM,
+                          vllm_profile=profile_for(version))
+        sched.state.waiting.clear()
+        records = drive(sched, {0: 0, 1: 1}, 2)
+        assert records[1]["scheduled"] == [("r0", 3), ("r1", padded)], version
+        late = sched.state.running[max(sched.state.running)]
+        assert (late.num_out, late.req.num_computed_tokens) == (1, 1)
+
+
+def test_a_full_prefix_hit_is_padded_from_0_33_only() -> None:
+    """A 33-token prompt whose first 32 tokens hit the cache, with nothing running: vLLM
+    0.33.0 pads it (it has computed tokens), 0.27.0 needs a running request to pad (both
+    checked with the harness on a crafted stream: 0.27.0 scheduled 1 token, 0.33.0 3)."""
+    trace = random_dataset(2, input_len=1, output_len=3, prefix_len=32)
+    for version, tokens in (("0.27", 1), ("0.33", 3)):
+        sched = scheduler(trace, **spec_options(k=2), **SPEC_STREAM,
+                          vllm_profile=profile_for(version))
+        sched.state.waiting.clear()
+        records = drive(sched, {0: 0, 4: 1}, 5)
+        assert records[0]["scheduled"] == [("0", 33)]
+        assert records[4]["scheduled"] == [("1", tokens)], version
