@@ -185,8 +185,8 @@ SPEC_STREAM = {"num_gpu_blocks": 40, "max_num_seqs": 4, "max_num_batched_tokens"
 def test_a_resumed_request_has_no_drafts_until_it_samples() -> None:
     """The mechanism of the minimal diverging stream against vLLM 0.14.0 and 0.19.0 (seed 3,
     r17, no prefix caching): a request preempted after decoding is recomputed in chunks, the
-    last leaving one token. vLLM's drafter proposes nothing after a partial prefill (its token is discarded),
-    so the next step schedules that one token alone (pagedsim gave it 1 + K)."""
+    last leaving one token. vLLM's drafter proposes nothing after a partial prefill (its token
+    is discarded), so the next step schedules that one token alone (pagedsim gave it 1 + K)."""
     trace = make_trace([(0.0, 40, 40)])
     for version in ("0.14", "0.19", "0.33"):
         sched = scheduler(trace, caching=False, **spec_options(k=2),
