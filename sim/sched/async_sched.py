@@ -12,19 +12,34 @@ the release says). A sequence preempted while its step is in flight still gets t
 after that (in this model the output is always applied before the next admission, so vLLM's
 skip of undelivered preempted requests has nothing left to skip).
 Without async the same bookkeeping runs at apply time, for speculative decoding alone.
+``step_tokens`` is the one rule for a running sequence's tokens in a step (the reference loop
+and the fast path's steady set both count with it).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from sim.config import InputError
 from sim.sched.plan import StepPlan
 from sim.sched.spec import SpecDecode
-from sim.sched.state import SchedState
+from sim.sched.state import SchedState, num_new_tokens
 from sim.workload.sequence import FINISHED, RUNNING, WAITING, Seq
 from sim.workload.workload import Workload
 
 Sample = Callable[[Seq, StepPlan], None]
+
+
+def step_tokens(extras: StepExtras | None, seq: Seq, computed: int, budget: int,
+                max_model_len: int) -> int:
+    """Tokens a running sequence with ``computed`` tokens asks for in the next step: 0 once
+    its step in flight reaches the output length, else ``num_new_tokens`` past its
+    placeholders and drafts."""
+    if extras is None:
+        return num_new_tokens(seq.num_tokens, computed, budget, max_model_len)
+    if extras.done_in_flight(seq):
+        return 0
+    return num_new_tokens(seq.num_tokens + extras.extra(seq, computed), computed, budget,
+                          max_model_len)
 
 
 class StepExtras:
@@ -60,7 +75,7 @@ class StepExtras:
         the step is in flight at once (computed tokens and placeholders advance)."""
         outcome: dict[Seq, int] = {}
         plan.outcome = outcome
-        self.num_tokens += sum(plan.tokens)
+        self.num_tokens += sum(plan.tokens) + plan.num_steady
         spec = self.spec
         for seq, n, c in zip(plan.seqs, plan.tokens, plan.contexts):
             held = self.placeholders.get(seq, 0)
@@ -76,31 +91,41 @@ class StepExtras:
                 if c + n >= target:
                     self.placeholders[seq] = held + 1 + drafts
 
-    def apply(self, plan: StepPlan, start: float, sample: Sample) -> None:
-        """A step's outputs: roll back rejected drafts, sample accepted + bonus tokens."""
+    def apply(self, plan: StepPlan, start: float, sample: Sample,
+              owed: Iterable[Seq] = ()) -> None:
+        """A step's outputs: roll back rejected drafts, sample accepted + bonus tokens. The
+        fast path's steady sequences are skipped (their counts follow from the step index);
+        ``owed`` are sequences woken while the step ran: it held one token of each, sampling."""
         outcome = plan.outcome
         assert outcome is not None
         self.num_overlapped += plan.overlapped
         for seq, n in zip(plan.seqs, plan.tokens):
-            drafts = outcome[seq]
-            req = seq.req
-            if self.overlap:
-                req.num_in_flight_tokens -= n
-                if drafts >= 0 and seq in self.placeholders:
-                    self._release(seq, 1 + drafts)
-            else:
-                req.num_computed_tokens += n
-            if seq.status == WAITING and drafts >= 0:
-                self._stale(seq, self._accept(seq, drafts))
-                continue
-            if seq.status != RUNNING or drafts < 0:
-                continue
-            accepted = self._accept(seq, drafts)
-            req.num_computed_tokens -= drafts - accepted
-            if seq.group.first_scheduled is None:
-                seq.group.first_scheduled = start
-            seq.num_out = min(seq.num_out + accepted, seq.group.output_len - 1)
-            sample(seq, plan)
+            if not seq.steady:
+                self._apply_one(seq, n, outcome[seq], start, sample, plan)
+        for seq in owed:
+            self._apply_one(seq, 1, 0, start, sample, plan)
+
+    def _apply_one(self, seq: Seq, n: int, drafts: int, start: float, sample: Sample,
+                   plan: StepPlan) -> None:
+        """One sequence's output of the step: ``n`` tokens, ``drafts`` (-1: no sample)."""
+        req = seq.req
+        if self.overlap:
+            req.num_in_flight_tokens -= n
+            if drafts >= 0 and seq in self.placeholders:
+                self._release(seq, 1 + drafts)
+        else:
+            req.num_computed_tokens += n
+        if seq.status == WAITING and drafts >= 0:
+            self._stale(seq, self._accept(seq, drafts))
+            return
+        if seq.status != RUNNING or drafts < 0:
+            return
+        accepted = self._accept(seq, drafts)
+        req.num_computed_tokens -= drafts - accepted
+        if seq.group.first_scheduled is None:
+            seq.group.first_scheduled = start
+        seq.num_out = min(seq.num_out + accepted, seq.group.output_len - 1)
+        sample(seq, plan)
 
     def _accept(self, seq: Seq, drafts: int) -> int:
         return self.spec.accept(seq, drafts) if self.spec is not None and drafts else 0
