@@ -267,5 +267,5 @@ class SteadySet:
                 if c > event:
                     raise AssertionError(f"{seq.request_id}: steady at {c} past its event {event}")
                 self.restore(seq, c)
+                self.tally.sync(seq, c)  # first: the replayed call sees the request unflushed
                 seq.flush()
-                self.tally.sync(seq, c)
