@@ -15,6 +15,7 @@ from sim.cost.models import get_model
 from sim.cost.step_model import make_step_model
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import fast_path_refusal
+from sim.sched.state import SchedState
 from sim.sched.steady import SteadySet
 from sim.workload.sequence import WAITING, Seq
 from sim.workload.workload import Workload
@@ -26,9 +27,11 @@ MODEL = make_step_model("roofline", get_model("llama-2-7b"), get_gpu("a100-80gb"
 
 def count_steady_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts, while the test runs, what the async fast path did: steady decodes launched,
-    sequences woken while their step ran (owed its output) and of them the preempted ones."""
-    counts = {"steady": 0, "owed": 0, "owed_preempted": 0}
+    sequences woken while their step ran (owed its output), of them the preempted ones, and
+    finished sequences with tokens still counted in flight (a lost update)."""
+    counts = {"steady": 0, "owed": 0, "owed_preempted": 0, "left_in_flight": 0}
     launched, take_owed = SteadySet.launched, SteadySet.take_owed
+    finish_seq = SchedState.finish_seq
 
     def spy_launched(self: SteadySet, plan: StepPlan) -> None:
         counts["steady"] += plan.num_steady
@@ -40,7 +43,12 @@ def count_steady_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["owed_preempted"] += sum(1 for seq in owed if seq.status == WAITING)
         return owed
 
+    def spy_finish_seq(self: SchedState, seq: Seq, plan: StepPlan | None) -> None:
+        counts["left_in_flight"] += seq.req.num_in_flight_tokens != 0
+        finish_seq(self, seq, plan)
+
     monkeypatch.setattr(SteadySet, "launched", spy_launched)
+    monkeypatch.setattr(SchedState, "finish_seq", spy_finish_seq)
     monkeypatch.setattr(SteadySet, "take_owed", spy_take_owed)
     return counts
 
@@ -74,6 +82,7 @@ def test_paged_fast_path_under_async_is_byte_identical(
     assert fast.summary["num_finished"] == 50
     assert fast.counters["num_overlapped_steps"] > fast.counters["num_steps"] / 2
     assert counts["steady"] > fast.counters["num_steps"]
+    assert counts["left_in_flight"] == 0, "a finished sequence kept tokens in flight"
     if options["num_gpu_blocks"] < 1500:
         assert fast.summary["num_preemptions"] > 0 and counts["owed_preempted"] > 0
 
