@@ -40,8 +40,9 @@ from sim.release import max_in_flight_tokens
 from sim.results.metrics import RunLog, summarize
 from sim.sched.admission import fits_empty_pool
 from sim.sched.coast import Coaster
+from sim.sched.fast_path import uses_fast_path
 from sim.sched.plan import StepPlan
-from sim.sched.scheduler import Scheduler, SimulationError, uses_fast_path
+from sim.sched.scheduler import Scheduler, SimulationError
 from sim.workload.block_hash import make_hasher
 from sim.workload.sequence import Group
 from sim.workload.workload import Workload

@@ -10,6 +10,10 @@ the engine resumes, as it would step by step; a step ending exactly at it stops 
 since their order would then depend on event ids), and none ends after ``2 * now``: then
 ``now + (end - now)`` is exactly ``end`` (Sterbenz), so the one timeout the engine yields
 lands on the time that step-by-step timeouts would have reached.
+Synchronous steps only (the scheduler builds no coaster under async scheduling): there step
+k+1 is planned, its calls made and its tokens counted, before step k is applied, so a coasted
+run would have to hand the engine the plan in flight, shift the arrival horizon by a step,
+and span each finish over three steps (launched, done in flight, freed); not proven yet.
 """
 from __future__ import annotations
 

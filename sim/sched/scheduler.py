@@ -10,15 +10,14 @@ its new tokens; one that caught up samples a token, and finishes when it has its
 length. ``Scheduler`` composes its parts over one shared state (``state.py``): admission,
 preemption and sampling. The *reference loop* visits every running sequence every step; with
 the fast path the scheduler owns a steady set (``steady.py``) that derives the same results
-without visiting steady decodes, and a coaster (``coast.py``) for runs of quiet steps.
+without visiting steady decodes (under async scheduling too), and a coaster (``coast.py``)
+for runs of quiet synchronous steps.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from allocator.contiguous import ContiguousManager
 from allocator.interface import KVManager
-from allocator.paged import PagedKVCacheManager
 from sim.config import RunConfig
 from sim.cost.step_base import StepModel, StepTime
 from sim.results.metrics import RunLog, step_row
@@ -38,34 +37,6 @@ from sim.workload.workload import Workload
 
 class SimulationError(RuntimeError):
     """A run broke an invariant (a leak, a failed check): a bug, not bad input."""
-
-
-def uses_fast_path(manager: KVManager, config: RunConfig, workload: Workload) -> bool:
-    """Whether the fast path's shortcuts are proven for this run (``fast_path_refusal``)."""
-    return fast_path_refusal(manager, config, workload) is None
-
-
-def fast_path_refusal(manager: KVManager, config: RunConfig, workload: Workload) -> str | None:
-    """Why the fast path does not apply to this run, or None where its shortcuts are proven:
-    the paged manager or a contiguous one, full attention, recompute preemption, FCFS (its
-    steady set keeps running order, which decides the victim), no forks (beams; cow samples
-    on a paged manager), no speculative decoding and no allocation log; async scheduling
-    or not (coasting only without it, ``coast.py``)."""
-    sched = config.scheduler
-    contiguous = isinstance(manager, ContiguousManager)
-    apart = contiguous or sched.sampling_mode == "fanout"
-    refusals = (
-        (not sched.fast, "--no-fast"),
-        (config.output.record_log, "the allocation log is recorded"),
-        (config.model.sliding_window is not None, "sliding-window attention"),
-        (not (contiguous or isinstance(manager, PagedKVCacheManager)), "an unknown manager"),
-        (sched.preemption != "recompute", "swap preemption"),
-        (sched.scheduling_policy != "fcfs", "priority scheduling"),
-        (sched.spec is not None, "speculative decoding (every decode's token count varies)"),
-        (not all(width == 1 and (n == 1 or apart)
-                 for n, width in zip(workload.n, workload.beam_width)), "forked sequences"),
-    )
-    return next((reason for refused, reason in refusals if refused), None)
 
 
 class Scheduler:

@@ -13,8 +13,8 @@ from allocator.profiles import profile_for
 from sim.cost.gpus import get_gpu
 from sim.cost.models import get_model
 from sim.cost.step_model import make_step_model
+from sim.sched.fast_path import fast_path_refusal
 from sim.sched.plan import StepPlan
-from sim.sched.scheduler import fast_path_refusal
 from sim.sched.state import SchedState
 from sim.sched.steady import SteadySet
 from sim.workload.sequence import WAITING, Seq
