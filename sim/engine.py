@@ -155,7 +155,11 @@ def engine(env: simpy.Environment, sched: Scheduler, costs: Costs, state: Engine
         for hook in state.on_step:
             hook(plan, st, start)
         if coast and sched.coaster is not None:
-            yield from _coast(env, sched.coaster, state.next_arrival, model)
+            if not overlap:
+                yield from _coast(env, sched.coaster, state.next_arrival, model)
+            elif pending is not None:
+                pending = yield from _coast_ahead(env, sched, pending, state.next_arrival,
+                                                  model)
 
 
 def drafting(draft_time: DraftTime, plan: StepPlan) -> float:
@@ -179,6 +183,25 @@ def _coast(env: simpy.Environment, coaster: Coaster, horizon: float,
         if env.now != end:
             raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
         coaster.after_coast()
+
+
+def _coast_ahead(env: simpy.Environment, sched: Scheduler, pending: StepPlan, horizon: float,
+                 model: StepModel) -> Generator[simpy.Event, Any, StepPlan]:
+    """Async: the quiet steps from the one in flight on, before ``horizon``, under one
+    timeout; returns the plan then in flight."""
+    coaster = sched.coaster
+    assert coaster is not None
+    now = env.now
+    coasted = coaster.coast_ahead(now, horizon, lambda plan: predict(model, plan), pending,
+                                  sched.schedule)
+    if coasted is None:
+        return pending
+    end, pending = coasted
+    yield env.timeout(end - now)
+    if env.now != end:
+        raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
+    coaster.after_coast()
+    return pending
 
 
 def predict(model: StepModel, plan: StepPlan) -> StepTime:

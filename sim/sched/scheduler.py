@@ -78,8 +78,7 @@ class Scheduler:
         """Whether a one-token call before ``call_at`` is skipped (the paged fast path)."""
         if fast:
             self.steady = SteadySet(state, config.cache.block_size, self.extras)
-            if self.extras is None:  # coasting is proven for synchronous steps only
-                self.coaster = Coaster(self.steady, log, self.complete)
+            self.coaster = Coaster(self.steady, log, self.complete)
             state.tracker = self.steady
             state.eager_append = False
             self.skips_calls = self.steady.tally.skips_calls
