@@ -24,7 +24,7 @@ def fast_path_refusal(manager: KVManager, config: RunConfig, workload: Workload)
     the paged manager or a contiguous one, full attention, recompute preemption, FCFS (its
     steady set keeps running order, which decides the victim), no forks (beams; cow samples
     on a paged manager), no speculative decoding and no allocation log; async scheduling
-    or not (coasting only without it, ``coast.py``)."""
+    or not (under async, coasting stops at finishes, ``coast.py``)."""
     sched = config.scheduler
     contiguous = isinstance(manager, ContiguousManager)
     apart = contiguous or sched.sampling_mode == "fanout"

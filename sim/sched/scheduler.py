@@ -10,8 +10,8 @@ its new tokens; one that caught up samples a token, and finishes when it has its
 length. ``Scheduler`` composes its parts over one shared state (``state.py``): admission,
 preemption and sampling. The *reference loop* visits every running sequence every step; with
 the fast path the scheduler owns a steady set (``steady.py``) that derives the same results
-without visiting steady decodes (under async scheduling too), and a coaster (``coast.py``)
-for runs of quiet synchronous steps.
+without visiting steady decodes, and a coaster (``coast.py``) for runs of quiet steps (under
+async scheduling too).
 """
 from __future__ import annotations
 
