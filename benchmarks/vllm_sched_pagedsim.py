@@ -74,6 +74,7 @@ class StreamWorkload:
         self.hasher = hasher
         self.n = [1] * len(requests)
         self.beam_width = [1] * len(requests)
+        self.acceptance_rates: list[float] | None = None  # the worker chooses accepted counts
 
     def make_group(self, index: int, spec: dict[str, Any], max_model_len: int) -> Group:
         """The request's group; its output stops at ``max_model_len`` (as vLLM's does)."""

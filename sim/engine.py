@@ -40,9 +40,10 @@ from sim.cost.swap_cost import make_swap_cost
 from sim.release import max_in_flight_tokens
 from sim.results.metrics import RunLog, summarize
 from sim.sched.admission import fits_empty_pool
-from sim.sched.coast import Coaster
+from sim.sched.fast_path import uses_fast_path
 from sim.sched.plan import StepPlan
-from sim.sched.scheduler import Scheduler, SimulationError, uses_fast_path
+from sim.sched.scheduler import Scheduler, SimulationError
+from sim.stepping import coast_steps, coast_steps_ahead, drafting, predict
 from sim.workload.block_hash import make_hasher
 from sim.workload.sequence import Group
 from sim.workload.workload import Workload
@@ -156,38 +157,11 @@ def engine(env: simpy.Environment, sched: Scheduler, costs: Costs, state: Engine
         for hook in state.on_step:
             hook(plan, st, start)
         if coast and sched.coaster is not None:
-            yield from _coast(env, sched.coaster, state.next_arrival, model)
-
-
-def drafting(draft_time: DraftTime, plan: StepPlan) -> float:
-    """The drafter's time in a step: it drafts for every sequence the step samples."""
-    outcome = plan.outcome or {}
-    num, context = 0, 0
-    for seq, n, c in zip(plan.seqs, plan.tokens, plan.contexts):
-        if outcome.get(seq, -1) >= 0:
-            num += 1
-            context += c + n
-    return draft_time(num, context)
-
-
-def _coast(env: simpy.Environment, coaster: Coaster, horizon: float,
-           model: StepModel) -> Generator[simpy.Event, Any, None]:
-    """The quiet steps before ``horizon`` (the next arrival), under one timeout."""
-    now = env.now
-    end = coaster.coast(now, horizon, model)
-    if end is not None:
-        yield env.timeout(end - now)
-        if env.now != end:
-            raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
-        coaster.after_coast()
-
-
-def predict(model: StepModel, plan: StepPlan) -> StepTime:
-    """Step time of a plan; the batch is summarised exactly as ``StepModel.predict`` does."""
-    if model.decode_context_cap is not None:
-        return model.predict(list(zip(plan.tokens, plan.contexts)))
-    num_decode, context, prefills, _ = plan.split()
-    return model.predict_split(num_decode, context, prefills)
+            if not overlap:
+                yield from coast_steps(env, sched.coaster, state.next_arrival, model)
+            elif pending is not None:
+                pending = yield from coast_steps_ahead(env, sched, pending,
+                                                       state.next_arrival, model)
 
 
 @dataclass(slots=True)

@@ -16,20 +16,35 @@ A running sequence's output caches the blocks it completes as it arrives (vLLM's
 scheduling in every release, for speculative decoding too where the profile's
 ``output_caching`` says so (0.33).
 Without async the same bookkeeping runs at apply time, for speculative decoding alone.
+``step_tokens`` is the one rule for a running sequence's tokens in a step (the reference loop
+and the fast path's steady set both count with it).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from allocator.request import Request
 from sim.config import InputError
 from sim.sched.plan import StepPlan
 from sim.sched.spec import SpecDecode
-from sim.sched.state import SchedState
+from sim.sched.state import SchedState, num_new_tokens
 from sim.workload.sequence import FINISHED, RUNNING, WAITING, Seq
 from sim.workload.workload import Workload
 
 Sample = Callable[[Seq, StepPlan], None]
+
+
+def step_tokens(extras: StepExtras | None, seq: Seq, computed: int, budget: int,
+                max_model_len: int) -> int:
+    """Tokens a running sequence with ``computed`` tokens asks for in the next step: 0 once
+    its step in flight reaches the output length, else ``num_new_tokens`` past its
+    placeholders and drafts."""
+    if extras is None:
+        return num_new_tokens(seq.num_tokens, computed, budget, max_model_len)
+    if extras.done_in_flight(seq):
+        return 0
+    return num_new_tokens(seq.num_tokens + extras.extra(seq, computed), computed, budget,
+                          max_model_len)
 
 
 class StepExtras:
@@ -100,7 +115,7 @@ class StepExtras:
         if self.padding:
             plan.padded = self.padding.intersection(plan.seqs)
             self.padding = set()
-        self.num_tokens += sum(plan.tokens)
+        self.num_tokens += sum(plan.tokens) + plan.num_steady
         spec = self.spec
         for seq, n, c in zip(plan.seqs, plan.tokens, plan.contexts):
             held = self.placeholders.get(seq, 0)
@@ -116,37 +131,47 @@ class StepExtras:
                 if c + n >= target:
                     self.placeholders[seq] = held + 1 + drafts
 
-    def apply(self, plan: StepPlan, start: float, sample: Sample) -> None:
-        """A step's outputs: roll back rejected drafts, sample accepted + bonus tokens."""
+    def apply(self, plan: StepPlan, start: float, sample: Sample,
+              owed: Iterable[Seq] = ()) -> None:
+        """A step's outputs: roll back rejected drafts, sample accepted + bonus tokens. The
+        fast path's steady sequences are skipped (their counts follow from the step index);
+        ``owed`` are sequences woken while the step ran: it held one token of each, sampling."""
         outcome = plan.outcome
         assert outcome is not None
         self.num_overlapped += plan.overlapped
         for seq, n in zip(plan.seqs, plan.tokens):
-            drafts = outcome[seq]
-            req = seq.req
-            if self.overlap:
-                req.num_in_flight_tokens -= n
-                if drafts >= 0 and seq in self.placeholders:
-                    self._release(seq, 1 + drafts)
-            else:
-                req.num_computed_tokens += n
-            if seq.status == WAITING and drafts >= 0:
-                self._stale(seq, self._accept(seq, drafts, plan))
-                continue
-            if seq.status != RUNNING:
-                continue
-            if self.spec is not None:
-                self.spec.stepped(seq, drafts >= 0)
-            if drafts < 0:
-                continue
-            accepted = self._accept(seq, drafts, plan)
-            req.num_computed_tokens -= drafts - accepted
-            if seq.group.first_scheduled is None:
-                seq.group.first_scheduled = start
-            seq.num_out = min(seq.num_out + accepted, seq.group.output_len - 1)
-            if self._cache_blocks is not None:
-                self._cache_output(seq)
-            sample(seq, plan)
+            if not seq.steady:
+                self._apply_one(seq, n, outcome[seq], start, sample, plan)
+        for seq in owed:
+            self._apply_one(seq, 1, 0, start, sample, plan)
+
+    def _apply_one(self, seq: Seq, n: int, drafts: int, start: float, sample: Sample,
+                   plan: StepPlan) -> None:
+        """One sequence's output of the step: ``n`` tokens, ``drafts`` (-1: no sample)."""
+        req = seq.req
+        if self.overlap:
+            req.num_in_flight_tokens -= n
+            if drafts >= 0 and seq in self.placeholders:
+                self._release(seq, 1 + drafts)
+        else:
+            req.num_computed_tokens += n
+        if seq.status == WAITING and drafts >= 0:
+            self._stale(seq, self._accept(seq, drafts, plan))
+            return
+        if seq.status != RUNNING:
+            return
+        if self.spec is not None:
+            self.spec.stepped(seq, drafts >= 0)
+        if drafts < 0:
+            return
+        accepted = self._accept(seq, drafts, plan)
+        req.num_computed_tokens -= drafts - accepted
+        if seq.group.first_scheduled is None:
+            seq.group.first_scheduled = start
+        seq.num_out = min(seq.num_out + accepted, seq.group.output_len - 1)
+        if self._cache_blocks is not None:
+            self._cache_output(seq)
+        sample(seq, plan)
 
     def _cache_output(self, seq: Seq) -> None:
         """Append the output's tokens (accepted drafts and the sampled one) and cache the

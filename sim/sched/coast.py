@@ -10,6 +10,11 @@ the engine resumes, as it would step by step; a step ending exactly at it stops 
 since their order would then depend on event ids), and none ends after ``2 * now``: then
 ``now + (end - now)`` is exactly ``end`` (Sterbenz), so the one timeout the engine yields
 lands on the time that step-by-step timeouts would have reached.
+Under async scheduling (``coast_ahead``) step k+1 is planned while step k runs, so a coasted
+step is the scheduler's own: plan k+1 (``Scheduler.schedule``, sure to wake no one: no
+active or waiting sequence, no last token due, calls that cannot fail, budget for all), then
+apply and record k (``Scheduler.complete``); the plan left in flight goes back to the engine.
+Finishes are not coasted there (a last token is planned, then done in flight, then freed).
 """
 from __future__ import annotations
 
@@ -26,6 +31,10 @@ _WAITING = STEP_COLUMNS.index("num_waiting")
 Complete = Callable[[StepPlan, StepTime, float, float, float], None]
 """The scheduler's end of a step: apply the plan, then record its row (plan, step time,
 start, duration, swap seconds)."""
+Schedule = Callable[[float], "StepPlan | None"]
+"""The scheduler's planning of the next step at a time."""
+Price = Callable[[StepPlan], StepTime]
+"""The engine's step time of a plan."""
 
 
 class Coaster:
@@ -76,6 +85,51 @@ class Coaster:
             return None
         self.num_coasted += state.step_index - first
         return t
+
+    def coast_ahead(self, now: float, horizon: float, price: Price, plan: StepPlan,
+                    schedule: Schedule) -> tuple[float, StepPlan] | None:
+        """Async: run the quiet steps from ``now``, the first being ``plan`` (in flight), up
+        to the next arrival at ``horizon`` (as ``coast`` does); returns when the last one
+        ends and the plan then in flight (None: none ran)."""
+        state = self.state
+        if state.record_log:
+            return None
+        last_end = 2 * now
+        first = state.step_index
+        t = now
+        while self._quiet_ahead():
+            st = price(plan)
+            duration = st.attention_s + st.linear_s + st.overhead_s + 0.0
+            end = t + duration
+            if end > last_end or end == horizon:
+                break
+            following = schedule(t)
+            if following is None or following.seqs:
+                raise AssertionError("a quiet step planned a sequence")
+            following.overlapped = True
+            self.complete(plan, st, t, duration, 0.0)
+            plan, t = following, end
+            if end > horizon:
+                break
+        if state.step_index == first:
+            return None
+        self.num_coasted += state.step_index - first
+        return t, plan
+
+    def _quiet_ahead(self) -> bool:
+        """Async: whether planning the next step wakes no one (only steady sequences, none
+        of them due a last token, due calls sure to succeed, budget for all of them)."""
+        steady, state = self.steady, self.state
+        n = steady.num_steady
+        if (steady.active or steady.owed or state.waiting or state.swapped or not n
+                or n > state.config.max_num_batched_tokens):
+            return False
+        k = steady.clock
+        bucket = steady.buckets.get(k)
+        if bucket is None:
+            return True
+        quiet = self._quiet_calls(bucket, k)
+        return quiet is not None and not quiet[1]
 
     def _step(self, k: int, st: StepTime, start: float, duration: float) -> bool | None:
         """Run quiet step ``k``: True if sequences finished in it (the scheduler recorded

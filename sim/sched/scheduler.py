@@ -10,26 +10,25 @@ its new tokens; one that caught up samples a token, and finishes when it has its
 length. ``Scheduler`` composes its parts over one shared state (``state.py``): admission,
 preemption and sampling. The *reference loop* visits every running sequence every step; with
 the fast path the scheduler owns a steady set (``steady.py``) that derives the same results
-without visiting steady decodes, and a coaster (``coast.py``) for runs of quiet steps.
+without visiting steady decodes, and a coaster (``coast.py``) for runs of quiet steps (under
+async scheduling too).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from allocator.contiguous import ContiguousManager
 from allocator.interface import KVManager
-from allocator.paged import PagedKVCacheManager
 from sim.config import RunConfig
 from sim.cost.step_base import StepModel, StepTime
 from sim.results.metrics import RunLog, step_row
 from sim.sched.admission import Admission
-from sim.sched.async_sched import make_extras
+from sim.sched.async_sched import make_extras, step_tokens
 from sim.sched.coast import Coaster
 from sim.sched.plan import StepPlan
 from sim.sched.policy import pick_victim, prefill_cap
 from sim.sched.preemption import Preemption
 from sim.sched.sampling import Sampling
-from sim.sched.state import SchedState, num_new_tokens
+from sim.sched.state import SchedState
 from sim.sched.steady import SteadySet
 from sim.sched.tally import snapshot_row
 from sim.workload.sequence import REJECTED, RUNNING, Group, Seq
@@ -38,34 +37,6 @@ from sim.workload.workload import Workload
 
 class SimulationError(RuntimeError):
     """A run broke an invariant (a leak, a failed check): a bug, not bad input."""
-
-
-def uses_fast_path(manager: KVManager, config: RunConfig, workload: Workload) -> bool:
-    """Whether the fast path's shortcuts are proven for this run (``fast_path_refusal``)."""
-    return fast_path_refusal(manager, config, workload) is None
-
-
-def fast_path_refusal(manager: KVManager, config: RunConfig, workload: Workload) -> str | None:
-    """Why the fast path does not apply to this run, or None where its shortcuts are proven:
-    the paged manager or a contiguous one, full attention, recompute preemption, FCFS (its
-    steady set keeps running order, which decides the victim), no forks (beams; cow samples
-    on a paged manager) and no allocation log."""
-    sched = config.scheduler
-    contiguous = isinstance(manager, ContiguousManager)
-    apart = contiguous or sched.sampling_mode == "fanout"
-    refusals = (
-        (not sched.fast, "--no-fast"),
-        (config.output.record_log, "the allocation log is recorded"),
-        (config.model.sliding_window is not None, "sliding-window attention"),
-        (not (contiguous or isinstance(manager, PagedKVCacheManager)), "an unknown manager"),
-        (sched.preemption != "recompute", "swap preemption"),
-        (sched.scheduling_policy != "fcfs", "priority scheduling"),
-        (sched.spec is not None, "speculative decoding (every decode's token count varies)"),
-        (sched.async_scheduling, "async scheduling (steps are scheduled one ahead)"),
-        (not all(width == 1 and (n == 1 or apart)
-                 for n, width in zip(workload.n, workload.beam_width)), "forked sequences"),
-    )
-    return next((reason for refused, reason in refusals if refused), None)
 
 
 class Scheduler:
@@ -100,18 +71,18 @@ class Scheduler:
         self.continue_after_self_preemption = (self.policy == "priority"
                                                and profile.priority_self_preemption_continue)
         self.sampling = Sampling(state)
+        self.extras = make_extras(state, workload, fanout, config.cache.block_size)
         self.steady: SteadySet | None = None
         self.coaster: Coaster | None = None
         self.skips_calls = False
         """Whether a one-token call before ``call_at`` is skipped (the paged fast path)."""
         if fast:
-            self.steady = SteadySet(state, config.cache.block_size)
+            self.steady = SteadySet(state, config.cache.block_size, self.extras)
             self.coaster = Coaster(self.steady, log, self.complete)
             state.tracker = self.steady
             state.eager_append = False
             self.skips_calls = self.steady.tally.skips_calls
         state.on_finish = state.on_reject = log.add_group
-        self.extras = make_extras(state, workload, fanout, config.cache.block_size)
         if self.extras is not None and self.extras.pads:
             self.admission.pad = self.extras.pad_drafts
         lookahead = self.extras.lookahead if self.extras is not None else 0
@@ -156,6 +127,8 @@ class Scheduler:
             return None
         if self.extras is not None:
             self.extras.launch(plan)
+            if self.steady is not None:
+                self.steady.launched(plan)
         return plan
 
     def _run_seqs(self, plan: StepPlan, seqs: list[Seq]) -> int | None:
@@ -179,11 +152,7 @@ class Scheduler:
         cap = self.state.prefill_cap
         if cap < budget:  # noqa: PLR1730 - a comparison, not min(): runs for every sequence
             budget = cap
-        extras = self.extras
-        if extras is not None and extras.done_in_flight(seq):
-            return True
-        n = num_new_tokens(seq.num_tokens + (extras.extra(seq, c) if extras else 0), c,
-                           budget, self.max_model_len)
+        n = step_tokens(self.extras, seq, c, budget, self.max_model_len)
         if n <= 0:
             return True
         if (n != 1 or not self.skips_calls or c >= seq.call_at) \
@@ -229,12 +198,16 @@ class Scheduler:
         """Advance every scheduled sequence by its tokens; sample, finish and fork."""
         state = self.state
         state.now = now
+        steady = self.steady
         if self.extras is not None:
-            self.extras.apply(plan, start, self._sample)
+            self.extras.apply(plan, start, self._sample,
+                              steady.take_owed() if steady is not None else ())
             state.step_index += 1
+            if steady is not None:
+                steady.after_apply(plan)
             return
-        if self.steady is not None:
-            self.steady.before_apply(plan)
+        if steady is not None:
+            steady.counted(plan)
         touched: list[Group] = []
         for seq, n in zip(plan.seqs, plan.tokens):
             if seq.status != RUNNING:
@@ -251,8 +224,8 @@ class Scheduler:
         for group in dict.fromkeys(touched):
             self.sampling.beam_step(group, plan)
         state.step_index += 1
-        if self.steady is not None:
-            self.steady.after_apply(plan)
+        if steady is not None:
+            steady.after_apply(plan)
 
     def _sample(self, seq: Seq, plan: StepPlan) -> None:
         """The sequence caught up: it samples one token (forking first if it must)."""

@@ -17,7 +17,8 @@ that needs no new block and fills no block changes nothing and is skipped.
 Contiguous (``ContiguousTally``): a running request's calls stay inside its reservation and
 only move its written count (``written = computed`` after each step), so a steady
 sequence's calls are deferred; when it wakes, its last call is replayed and the manager is
-exactly where the reference loop left it. Until then the snapshot is the manager's (O(1))
+exactly where the reference loop left it (under async the request then holds one token
+fewer, its newest output being a placeholder, as the reference call saw it). Until then the snapshot is the manager's (O(1))
 plus what the steady sequences wrote since they slept: ``d = sum (c_now - c_sleep)`` more
 token states and logical slots, ``d`` fewer reserved slots (``c <= final length``).
 ``--debug`` checks every step of both against ``memory_snapshot()``.
@@ -126,8 +127,10 @@ class ContiguousTally:
 
     skips_calls = False
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Any, lag: int = 0) -> None:
         self.manager = manager
+        self.lag = lag
+        """The steady sequences' outputs in flight (``SteadySet.lag``)."""
         self.behind = 0
 
     def allocated(self, seq: Seq, num_tokens: int) -> None:
@@ -147,10 +150,11 @@ class ContiguousTally:
 
     def sync(self, seq: Seq, computed: int) -> None:
         """Replay the sequence's last deferred call (the reference loop's call of the step
-        before, at ``computed - 1``), so the manager sees ``computed`` written."""
+        before, at ``computed - 1``, when the request held ``computed - lag`` tokens), so the
+        manager is where that call left it."""
         if computed > seq.synced:
             req = seq.req
-            seq.flush()
+            req.advance_to(computed - self.lag)
             req.num_computed_tokens = computed - 1
             if self.manager.allocate_slots(req, 1) is None:
                 raise AssertionError(f"{seq.request_id}: a replayed call failed")

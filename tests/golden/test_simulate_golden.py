@@ -47,8 +47,11 @@ SHORTCUT_CASES = {
     "eagle_async": ["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}',
                     "--acceptance-rate", "0.9,0.5"],
 }
-"""Fast path vs --no-fast: the sync run takes the fast path; async and spec decoding fall
-back to the reference loop in both (``uses_fast_path``), with the same files."""
+"""Fast path vs --no-fast: the sync and async runs take the fast path (the async one without
+coasting); spec decoding falls back to the reference loop in both (``uses_fast_path``), with
+the same files."""
+PATH_COUNTERS = ("fast_path", "num_coasted_steps", "num_coasted_finishing_steps")
+"""Counters that say which path ran, not what was simulated."""
 
 
 def _simulate(out: Path, args: list[str]) -> dict[str, Any]:
@@ -132,17 +135,21 @@ def test_same_inputs_give_byte_identical_outputs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("case", sorted(SHORTCUT_CASES))
 def test_shortcut_gives_byte_identical_files(case: str, tmp_path: Path) -> None:
-    """The fast path and --no-fast write the same requests, steps and summaries."""
+    """The fast path and --no-fast write the same requests, steps (memory series included),
+    trace summary and summaries (counters naming the path aside)."""
     args = [str(DATA / "tiny_azure.csv"), "--num-gpu-blocks", "160", "--allocators",
-            "paged,paged-nocache", *SHORTCUT_CASES[case]]
+            "paged,paged-nocache,max", *SHORTCUT_CASES[case]]
     fast = _strip(_simulate(tmp_path / "fast", args))
     ref = _strip(_simulate(tmp_path / "ref", [*args, "--no-fast"]))
-    assert fast["counters"]["paged"]["fast_path"] == (case == "sync")
-    assert not ref["counters"]["paged"]["fast_path"]
+    for name in ("paged", "paged-nocache", "max"):
+        assert fast["counters"][name]["fast_path"] == (case in ("sync", "async"))
+        assert not ref["counters"][name]["fast_path"]
     assert fast["allocators"] == ref["allocators"]
-    if case != "sync":
-        assert fast["counters"] == ref["counters"]
-    for name in ("requests.parquet", "steps.parquet"):
+    assert [{k: v for k, v in entry.items() if k not in PATH_COUNTERS}
+            for entry in fast["counters"].values()] == \
+        [{k: v for k, v in entry.items() if k not in PATH_COUNTERS}
+         for entry in ref["counters"].values()]
+    for name in ("requests.parquet", "steps.parquet", "trace_summary.json"):
         assert (tmp_path / "fast" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
 
 

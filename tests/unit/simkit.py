@@ -20,6 +20,7 @@ from sim.engine import Costs, RunResult, replay
 from traces import Trace, TraceRequest
 
 STEP_S = 0.01
+_PATH_COUNTERS = ("fast_path", "num_coasted_steps", "num_coasted_finishing_steps")
 _PARTS = {"cache": CacheConfig, "scheduler": SchedulerConfig, "workload": WorkloadConfig,
           "output": OutputConfig}
 
@@ -63,7 +64,8 @@ def simulate(trace: Trace, name: str = "paged", model: StepModel | None = None,
 def fast_and_reference(trace: Trace, name: str = "paged", model: StepModel | None = None,
                        **options: Any) -> tuple[RunResult, RunResult]:
     """The same run with the fast path and with the reference loop; asserts that every step
-    row, request row and summary value (wall time aside) is the same."""
+    row, request row, summary value (wall time aside) and counter (those naming the path
+    aside) is the same."""
     fast = simulate(trace, name, model, fast=True, **options)
     ref = simulate(trace, name, model, fast=False, **options)
     assert fast.fast and not ref.fast
@@ -72,6 +74,9 @@ def fast_and_reference(trace: Trace, name: str = "paged", model: StepModel | Non
     sa, sb = dict(fast.summary), dict(ref.summary)
     del sa["wall_s"], sb["wall_s"]
     assert sa == sb
+    ca, cb = ({k: v for k, v in run.counters.items() if k not in _PATH_COUNTERS}
+              for run in (fast, ref))
+    assert ca == cb
     return fast, ref
 
 
