@@ -195,7 +195,8 @@ def test_identity_cache_entry_leaves_with_any_of_its_tensors():
 
 
 def test_identity_cache_sees_in_place_changes():
-    """An in-place resize after a cached call is checked again, not launched with old strides."""
+    """In-place resizes and transposes after a SAME call are checked again, not launched with
+    old strides."""
     case, q, tables, lens = _bound_case()
     args = (q, case.k_cache, case.v_cache, tables, lens)
     for _ in range(3):
@@ -208,6 +209,14 @@ def test_identity_cache_sees_in_place_changes():
     lens.copy_(torch.tensor(LENS))
     tables.resize_(1, tables.shape[1])
     with pytest.raises(ValueError, match="1 tables"):
+        paged_decode_attention(*args, max_context_len=30)
+    case, q, tables, lens = _bound_case()
+    args = (q, case.k_cache, case.v_cache, tables, lens)
+    for _ in range(3):
+        paged_decode_attention(*args, max_context_len=30)
+    assert id(q) in decode_cache.SAME
+    q.transpose_(0, 1)
+    with pytest.raises(ValueError, match="contiguous"):
         paged_decode_attention(*args, max_context_len=30)
 
 
