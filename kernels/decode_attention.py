@@ -114,9 +114,11 @@ def paged_decode_attention(
         key = fast_key(q, k_cache, v_cache, block_tables, context_lens, out, sinks, opts)
         found = FAST.get(key)
         if found is not None:
-            state = found[1]
-            if state[1] or state[0] != id(q):
-                state[0], state[1] = id(q), max(0, state[1] - 1)
+            state = found[1]  # [id(q) of the last hit, hits left before promotion may be]
+            if state[1]:
+                state[0], state[1] = id(q), state[1] - 1
+            elif state[0] != id(q):
+                state[0] = id(q)
             else:
                 promote((q, k_cache, v_cache, block_tables, context_lens, given_out, sinks),
                         opts, found)

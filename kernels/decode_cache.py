@@ -19,9 +19,9 @@ import torch
 # "Unchanged" is judged by identity and version counter: every in-place op bumps the counter,
 # the metadata ones (resize_, as_strided_, set_, transpose_, ...) included. Two things replace
 # a tensor's properties without bumping it, `t.data = other` and `torch.utils.swap_tensors`:
-# after either, call `clear_launch_cache()`. Identity is safe against reused ids: PAIRS entries
-# hold weak references, and a SAME entry leaves as soon as any of its tensors dies, so a live
-# entry's ids can only be its own tensors'.
+# after either, call `clear_launch_cache()`. Identity is safe against reused ids: _KV, _TABLES
+# entries hold weak references, and a SAME entry leaves as soon as any of its tensors dies, so a
+# live entry's ids can only be its own tensors'.
 Launch = Callable[..., torch.Tensor]
 SAME: dict[int, tuple[Any, ...]] = {}  # id(q) -> (ids and versions, launch, refs, FAST state)
 FAST: dict[tuple[object, ...], tuple[Any, ...]] = {}  # fast_key -> (launch, [id(q), cooldown])
@@ -38,16 +38,6 @@ COOLDOWN = 64
 def clear() -> None:
     for cache in (SAME, FAST, _KV, _TABLES, _NUMBERS):
         cache.clear()
-
-
-def _number(a: torch.Tensor, b: torch.Tensor, held: dict[int, tuple[Any, ...]],
-            rows: bool) -> int:
-    """The number of the pair's properties, from `held` while both are unchanged."""
-    e = held.get(id(a))
-    if e is not None and e[0]() is a and e[2]() is b and e[1] == a._version \
-            and e[3] == b._version:
-        return e[4]  # type: ignore[no-any-return]
-    return _hold(a, b, held, rows)
 
 
 def _hold(a: torch.Tensor, b: torch.Tensor, held: dict[int, tuple[Any, ...]], rows: bool
@@ -75,9 +65,17 @@ def _hold(a: torch.Tensor, b: torch.Tensor, held: dict[int, tuple[Any, ...]], ro
 def fast_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: torch.Tensor,
              lens: torch.Tensor, out: torch.Tensor, sinks: torch.Tensor | None,
              opts: tuple[object, ...]) -> tuple[object, ...]:
-    """Every property the checks read (tables: all but their width, which no check reads)."""
+    """Every property the checks read (tables: all but their width, which no check reads).
+    The pairs' numbers come from _KV / _TABLES while both tensors are unchanged."""
+    e = _KV.get(id(k))
+    kv = e[4] if (e is not None and e[0]() is k and e[2]() is v and e[1] == k._version
+                  and e[3] == v._version) else _hold(k, v, _KV, False)
+    e = _TABLES.get(id(tables))
+    tl = e[4] if (e is not None and e[0]() is tables and e[2]() is lens
+                  and e[1] == tables._version and e[3] == lens._version) \
+        else _hold(tables, lens, _TABLES, True)
     return (q.shape, q.stride(), q.dtype, q.device, out.shape, out.stride(), out.dtype,
-            out.device, _number(k, v, _KV, False), _number(tables, lens, _TABLES, True),
+            out.device, kv, tl,
             None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype, sinks.device),
             opts)
 

@@ -18,6 +18,7 @@ if not torch.cuda.is_available():
 
 from kernels import decode_cache
 from kernels.decode_attention import clear_launch_cache, paged_decode_attention
+from kernels.decode_config import DecodeConfig
 from kernels.reference import ref_decode_attention, rel_error_per_seq_head
 from kernels.testing import make_case, random_queries
 
@@ -68,6 +69,22 @@ def test_layers_share_the_bound_launch():
     assert len(decode_cache.FAST) == size
     ref = ref_decode_attention(q, k, v, case.block_tables, LENS)
     assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_bound_split_k_launch_merges(fused):
+    """A bound split-K launch (merged in-kernel or by the second launch) on fresh views and
+    new lengths matches the reference, and so do SAME's calls."""
+    case, q, tables, lens = _bound_case()
+    cfg = DecodeConfig(block_n=16, fused_reduce=fused)
+    kw = {"max_context_len": 30, "num_splits": 2, "config": cfg}
+    paged_decode_attention(q[:], case.k_cache, case.v_cache, tables, lens, **kw)
+    lens[:] = torch.tensor([25, 9])
+    size = len(decode_cache.FAST)
+    for view in (q[:], q, q, q):
+        out = paged_decode_attention(view, case.k_cache, case.v_cache, tables, lens, **kw)
+        _assert_close(out, _ref(q, case, [25, 9]), case)
+    assert len(decode_cache.FAST) == size and id(q) in decode_cache.SAME
 
 
 def test_changed_q_stride_is_checked_again():
@@ -140,7 +157,8 @@ def test_changed_scale_is_checked_again():
 
 
 def test_in_place_resize_is_checked_again():
-    """Tables and lengths resized in place after a FAST call (same tensors, new versions)."""
+    """Tables and lengths resized, a cache transposed in place after a FAST call (the same
+    tensors, new versions)."""
     case, q, tables, lens = _bound_case()
     args = (case.k_cache, case.v_cache, tables, lens)
     paged_decode_attention(q[:], *args, max_context_len=30)
@@ -151,6 +169,12 @@ def test_in_place_resize_is_checked_again():
     tables.resize_(1, tables.shape[1])
     with pytest.raises(ValueError, match="1 tables"):
         paged_decode_attention(q[:], *args, max_context_len=30)
+    case, q, tables, lens = _bound_case()
+    k = case.k_cache.clone()
+    paged_decode_attention(q[:], k, case.v_cache, tables, lens, max_context_len=30)
+    k.transpose_(1, 2)
+    with pytest.raises(ValueError, match="caches"):
+        paged_decode_attention(q[:], k, case.v_cache, tables, lens, max_context_len=30)
 
 
 def test_same_tensors_take_the_identity_cache():
