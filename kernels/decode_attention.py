@@ -23,7 +23,7 @@ import torch
 from kernels import decode_cache
 from kernels.attention import bound_launch, check_inputs, check_variants, max_span, run_plan
 from kernels.attention_plan import Plan, Shape, cached_plan
-from kernels.decode_cache import FAST, SAME, fast_key, promote, remember, same_launch
+from kernels.decode_cache import FAST, LAST, SAME, fast_key, promote, remember, same_launch
 from kernels.decode_config import DecodeConfig
 from kernels.launch import as_block_tables, as_int_tensor, kernel_block_view, num_sms
 
@@ -112,7 +112,12 @@ def paged_decode_attention(
     out = torch.empty_like(q) if out is None else out
     if tensor_args:
         key = fast_key(q, k_cache, v_cache, block_tables, context_lens, out, sinks, opts)
-        found = FAST.get(key)
+        if key == LAST[0]:  # the key of the last hit: the layers of a step share one
+            found = LAST[1]
+        else:
+            found = FAST.get(key)
+            if found is not None:
+                LAST[0], LAST[1] = key, found
         if found is not None:
             state = found[1]  # [id(q) of the last hit, hits left before promotion may be]
             if state[1]:

@@ -25,6 +25,7 @@ import torch
 Launch = Callable[..., torch.Tensor]
 SAME: dict[int, tuple[Any, ...]] = {}  # id(q) -> (ids and versions, launch, refs, FAST state)
 FAST: dict[tuple[object, ...], tuple[Any, ...]] = {}  # fast_key -> (launch, [id(q), cooldown])
+LAST: list[Any] = [None, None]  # the last FAST hit's key and entry (no hashing for a repeat)
 _KV: dict[int, tuple[Any, ...]] = {}  # id(k) -> (ref k, version, ref v, version, number)
 _TABLES: dict[int, tuple[Any, ...]] = {}  # the same for (block tables, context lengths)
 _NUMBERS: dict[tuple[object, ...], int] = {}  # properties -> number (never reused)
@@ -38,6 +39,7 @@ COOLDOWN = 64
 def clear() -> None:
     for cache in (SAME, FAST, _KV, _TABLES, _NUMBERS):
         cache.clear()
+    LAST[:] = [None, None]
 
 
 def _hold(a: torch.Tensor, b: torch.Tensor, held: dict[int, tuple[Any, ...]], rows: bool
