@@ -78,6 +78,7 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         and qsh[1] % shape[2] == 0 and head_size in _HEAD_SIZES and v_cache.dtype is kdt
         and out.dtype is dt and (kdt is dt or kdt is _FP8) and dt in SUPPORTED_DTYPES
         and (dev := q.device) == k_cache.device and v_cache.device == dev
+        and out.device == dev
     ):  # fmt: skip
         return shape[1], shape[2], head_size, ks[0], ks[1], qs[0], os_[0]
     _, _, num_kv_heads, head_size = check_kv_cache(k_cache, v_cache)
@@ -93,7 +94,8 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         raise ValueError("q: each token's [num_q_heads, head_size] must be contiguous")
     if k_cache.stride() != v_cache.stride() or k_cache.stride()[2] != head_size:
         raise ValueError("caches: K and V need equal strides with contiguous [heads, head_size]")
-    raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} with contiguous heads")
+    raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} on {q.device} with contiguous "
+                     "heads")
 
 
 def run_plan(plan: Plan, geom: tuple[int, ...], out: torch.Tensor, q: torch.Tensor,

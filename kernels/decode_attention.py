@@ -11,7 +11,9 @@ tensor-core dots) and streams its range in tiles of `BLOCK_N` tokens, which may 
 bf16 probabilities go through the P.V dot as two bf16 terms (`launch.split_p`). A sequence
 cut into several items is merged by the last of its programs to finish (an atomic counter,
 left at zero again), or by a second launch (`DecodeConfig(fused_reduce=False)`). The launch
-plan is cached per shape, so the wrapper's own Python stays small (kernels/attention_plan.py).
+plan is cached per shape (kernels/attention_plan.py) and validated calls' bound launches are
+found again without re-running the checks (kernels/decode_cache.py), so the wrapper's own
+Python stays small.
 """
 
 from __future__ import annotations

@@ -151,6 +151,9 @@ def test_wrapper_rejects_bad_arguments():
         paged_decode_attention(
             torch.zeros((2, 4, 64)), case.k_cache, case.v_cache, case.block_tables, [4, 4]
         )
+    with pytest.raises(ValueError, match="out: expected .* on cpu"):
+        paged_decode_attention(torch.zeros((1, 4, 64)), case.k_cache, case.v_cache,
+                               case.block_tables, [4], out=torch.empty((1, 4, 64), device="meta"))
 
 
 def test_split_heuristic():
