@@ -9,9 +9,7 @@ forms of this call. The launch plan is cached per shape (kernels/attention_plan.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -80,6 +78,7 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         and qsh[1] % shape[2] == 0 and head_size in _HEAD_SIZES and v_cache.dtype is kdt
         and out.dtype is dt and (kdt is dt or kdt is _FP8) and dt in SUPPORTED_DTYPES
         and (dev := q.device) == k_cache.device and v_cache.device == dev
+        and out.device == dev
     ):  # fmt: skip
         return shape[1], shape[2], head_size, ks[0], ks[1], qs[0], os_[0]
     _, _, num_kv_heads, head_size = check_kv_cache(k_cache, v_cache)
@@ -95,7 +94,8 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         raise ValueError("q: each token's [num_q_heads, head_size] must be contiguous")
     if k_cache.stride() != v_cache.stride() or k_cache.stride()[2] != head_size:
         raise ValueError("caches: K and V need equal strides with contiguous [heads, head_size]")
-    raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} with contiguous heads")
+    raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} on {q.device} with contiguous "
+                     "heads")
 
 
 def run_plan(plan: Plan, geom: tuple[int, ...], out: torch.Tensor, q: torch.Tensor,
@@ -117,26 +117,28 @@ def run_plan(plan: Plan, geom: tuple[int, ...], out: torch.Tensor, q: torch.Tens
 
 
 def bound_launch(plan: Plan, geom: tuple[int, ...], out: torch.Tensor, tables: torch.Tensor
-                 ) -> tuple[Any, ...]:
-    """(launcher, leading args, trailing args, merge) of `run_plan` for a validated key: what
-    stays the same while shapes, strides, dtypes and devices do (decode's fast path)."""
+                 ) -> Callable[..., torch.Tensor]:
+    """`run_plan` bound to what stays the same while shapes, strides, dtypes and devices do
+    (decode's fast path): a `launch(out, q, k_cache, v_cache, tables, lens, sinks or None)`
+    that returns `out`. The arguments are those of `run_plan`, in the same order."""
     dev = out.device
     part, lse, counters = scratch(dev, plan.scratch_rows, plan.head_size, plan.counters)
     d = geom[2]
     kernel = for_device(paged_attention_kernel, dev)[(plan.grid,)]
     tail = (*plan.scalars, geom[5], d, geom[6], d, geom[3], geom[4], tables.stride(0),
             *plan.const_args)
-    launch = functools.partial(kernel, **plan.launch)
-    merge = None
-    if plan.merge_grid:
-        s = plan.scalars
-        mk = functools.partial(for_device(merge_kernel, dev)[(plan.merge_grid,)],
-                               **plan.merge_constexprs)
+    options, s, merge_options = plan.launch, plan.scalars, plan.merge_constexprs
+    merge_tail = (plan.num_small, s[1], s[2], s[3], s[4], s[8], s[9], geom[6], d)
+    merge = for_device(merge_kernel, dev)[(plan.merge_grid,)] if plan.merge_grid else None
 
-        def merge(o: torch.Tensor, sk: torch.Tensor, lens: torch.Tensor) -> None:
-            mk(o, part, lse, sk, lens, lens, plan.num_small, s[1], s[2], s[3], s[4], s[8],
-               s[9], geom[6], d)
-    return launch, (part, lse, counters), tail, merge
+    def launch(o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               t: torch.Tensor, n: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+        sk = n if sinks is None else sinks
+        kernel(o, part, lse, counters, q, k, v, t, n, n, sk, *tail, **options)
+        if merge is not None:
+            merge(o, part, lse, sk, n, n, *merge_tail, **merge_options)
+        return o
+    return launch
 
 
 def max_span(max_context_len: int, query_len: int, window: int | None, chunk: int | None) -> int:

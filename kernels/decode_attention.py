@@ -11,106 +11,28 @@ tensor-core dots) and streams its range in tiles of `BLOCK_N` tokens, which may 
 bf16 probabilities go through the P.V dot as two bf16 terms (`launch.split_p`). A sequence
 cut into several items is merged by the last of its programs to finish (an atomic counter,
 left at zero again), or by a second launch (`DecodeConfig(fused_reduce=False)`). The launch
-plan is cached per shape, so the wrapper's own Python stays small (kernels/attention_plan.py).
+plan is cached per shape (kernels/attention_plan.py) and validated calls' bound launches are
+found again without re-running the checks (kernels/decode_cache.py), so the wrapper's own
+Python stays small.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
+from kernels import decode_cache
 from kernels.attention import bound_launch, check_inputs, check_variants, max_span, run_plan
 from kernels.attention_plan import Plan, Shape, cached_plan
+from kernels.decode_cache import FAST, LAST, SAME, fast_key, promote, remember, same_launch
 from kernels.decode_config import DecodeConfig
 from kernels.launch import as_block_tables, as_int_tensor, kernel_block_view, num_sms
-
-# Bound launches (kernel, scratch, scalars, strides, constants) of validated calls, at two
-# levels. _FAST: any tensors with the properties of an earlier call (every one the checks
-# read). _SAME, by id(q): the very tensors of an earlier call, unchanged since, recognised by
-# their ids and version counters (every in-place op bumps one, resize_ / as_strided_ / set_
-# included) and weak references (so an id reused by a new tensor never matches; q's entry
-# leaves when q dies). A _FAST entry enters _SAME when the same q came twice in a row, and
-# not for the next COOLDOWN _FAST hits after a miss there (fresh views whose ids repeat), so
-# per-call views pay one dict probe.
-_SAME: dict[int, tuple[Any, ...]] = {}
-_FAST: dict[tuple[object, ...], tuple[Any, ...]] = {}
-MAX_BOUND = 512
-COOLDOWN = 64
 
 
 def clear_launch_cache() -> None:
     """Forget the bound launches (for timing the wrapper with the launch patched out)."""
-    _SAME.clear()
-    _FAST.clear()
-
-
-def _same_key(tensors: tuple[Any, ...], opts: tuple[object, ...]) -> tuple[object, ...]:
-    """Ids and versions of (q, k, v, tables, lens, out or None, sinks or None), and options.
-    Raises RuntimeError for inference-mode tensors, which have no version counter."""
-    q, k, v, t, n, o, s = tensors
-    return (q._version, id(k), k._version, id(v), v._version, id(t), t._version, id(n),
-            n._version, None if o is None else (id(o), o._version),
-            None if s is None else (id(s), s._version), opts)
-
-
-def _same_entry(tensors: tuple[Any, ...], opts: tuple[object, ...]) -> tuple[Any, ...] | None:
-    """The bound launch of these very tensors from _SAME, or None (dropping a stale entry)."""
-    q, k, v, t, n, o, s = tensors
-    same, r, entry, state = _SAME[id(q)]
-    if (r[0]() is q and r[1]() is k and r[2]() is v and r[3]() is t and r[4]() is n
-            and (o is None or r[5]() is o) and (s is None or r[6]() is s)
-            and _same_key(tensors, opts) == same):
-        return entry
-    del _SAME[id(q)]
-    state[1] = COOLDOWN
-    return None
-
-
-def _promote(tensors: tuple[Any, ...], opts: tuple[object, ...], found: tuple[Any, ...]
-             ) -> None:
-    """Enter _SAME (after a _FAST hit of the same q twice in a row, no cooldown left)."""
-    state, qid = found[1], id(tensors[0])
-    try:
-        same = _same_key(tensors, opts)
-    except RuntimeError:
-        state[1] = COOLDOWN
-        return
-    if len(_SAME) >= MAX_BOUND:
-        _SAME.clear()
-    refs = (weakref.ref(tensors[0], lambda ref: _forget(qid, ref)),
-            *(None if t is None else weakref.ref(t) for t in tensors[1:]))
-    _SAME[qid] = (same, refs, found[0], state)
-
-
-def _forget(qid: int, ref: weakref.ref) -> None:
-    """Drop q's _SAME entry when q dies (unless its id already holds a newer tensor's entry)."""
-    entry = _SAME.get(qid)
-    if entry is not None and entry[1][0] is ref:
-        del _SAME[qid]
-
-
-def _launch(entry: tuple[Any, ...], out: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-            v: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor,
-            sinks: torch.Tensor | None) -> torch.Tensor:
-    launch, head, tail, merge = entry
-    sk = lens if sinks is None else sinks
-    launch(out, *head, q, k, v, tables, lens, lens, sk, *tail)
-    if merge is not None:
-        merge(out, sk, lens)
-    return out
-
-
-def _fast_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: torch.Tensor,
-              lens: torch.Tensor, out: torch.Tensor, has_sink: bool, opts: tuple[object, ...]
-              ) -> tuple[object, ...]:
-    """Every property the checks read, so a _FAST hit means "validated before"."""
-    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-            v.shape, v.stride(), v.dtype, v.device, out.shape, out.stride(), out.dtype,
-            out.device, tables.shape[0], tables.stride(), tables.dtype, tables.device,
-            lens.shape, lens.stride(), lens.dtype, lens.device, has_sink, opts)
+    decode_cache.clear()
 
 
 def _plan(q: torch.Tensor, k_cache: torch.Tensor, block_size: int, num_kv_heads: int,
@@ -182,26 +104,32 @@ def paged_decode_attention(
     if tensor_args:
         opts = ((max_context_len - 1).bit_length(), sliding_window, attention_chunk_size,
                 soft_cap, scale, k_scale, v_scale, num_splits, config)
-        tensors = (q, k_cache, v_cache, block_tables, context_lens, out, sinks)
-        entry = _same_entry(tensors, opts) if id(q) in _SAME else None
-        if entry is not None:
-            return _launch(entry, torch.empty_like(q) if out is None else out, q, k_cache,
-                           v_cache, block_tables, context_lens, sinks)
+        if id(q) in SAME:
+            launch = same_launch(q, k_cache, v_cache, block_tables, context_lens, out, sinks,
+                                 opts)
+            if launch is not None:
+                return launch(torch.empty_like(q) if out is None else out, q, k_cache,
+                              v_cache, block_tables, context_lens, sinks)
+    given_out = out
     out = torch.empty_like(q) if out is None else out
     if tensor_args:
-        key = _fast_key(q, k_cache, v_cache, block_tables, context_lens, out, sinks is None,
-                        opts)
-        found = _FAST.get(key)
+        key = fast_key(q, k_cache, v_cache, block_tables, context_lens, out, sinks, opts)
+        if key == LAST[0]:  # the key of the last hit: the layers of a step share one
+            found = LAST[1]
+        else:
+            found = FAST.get(key)
+            if found is not None:
+                LAST[0], LAST[1] = key, found
         if found is not None:
-            if sinks is not None:
-                check_variants(q.shape[1], sinks, None, None, None, q.device)
-            state = found[1]
-            if state[1] or state[0] != id(q):
-                state[0], state[1] = id(q), max(0, state[1] - 1)
+            state = found[1]  # [id(q) of the last hit, hits left before promotion may be]
+            if state[1]:
+                state[0], state[1] = id(q), state[1] - 1
+            elif state[0] != id(q):
+                state[0] = id(q)
             else:
-                _promote(tensors, opts, found)
-            return _launch(found[0], out, q, k_cache, v_cache, block_tables, context_lens,
-                           sinks)
+                promote((q, k_cache, v_cache, block_tables, context_lens, given_out, sinks),
+                        opts, found)
+            return found[0](out, q, k_cache, v_cache, block_tables, context_lens, sinks)
     geom = check_inputs(q, k_cache, v_cache, out)
     num_seqs = q.shape[0]
     device = q.device
@@ -219,7 +147,5 @@ def paged_decode_attention(
     run_plan(plan, geom, out, q, k_cache, v_cache, tables, lens, lens,
              lens if sinks is None else sinks)
     if key is not None and tables is block_tables and lens is context_lens:
-        if len(_FAST) >= MAX_BOUND:
-            _FAST.clear()
-        _FAST[key] = (bound_launch(plan, geom, out, tables), [id(q), 0])
+        remember(key, bound_launch(plan, geom, out, tables), q)
     return out

@@ -1,5 +1,5 @@
 """CPU tests of paged decode attention (kernels/decode_attention.py, decode_config.py,
-decode_reduce.py).
+decode_reduce.py); its launch caches are tested in test_kernels_decode_cache.py.
 
 The kernels run under Triton's interpreter for CPU tensors (kernels/launch.py picks the variant
 per launch). TRITON_INTERPRET is set as well on CPU-only machines before triton is imported; on
@@ -151,6 +151,9 @@ def test_wrapper_rejects_bad_arguments():
         paged_decode_attention(
             torch.zeros((2, 4, 64)), case.k_cache, case.v_cache, case.block_tables, [4, 4]
         )
+    with pytest.raises(ValueError, match="out: expected .* on cpu"):
+        paged_decode_attention(torch.zeros((1, 4, 64)), case.k_cache, case.v_cache,
+                               case.block_tables, [4], out=torch.empty((1, 4, 64), device="meta"))
 
 
 def test_split_heuristic():
@@ -240,116 +243,6 @@ def test_table_entries_beyond_the_context_are_never_read():
     tables = torch.tensor([(t + live)[:8] for t in case.block_tables], dtype=torch.int32)
     out = paged_decode_attention(q, case.k_cache, case.v_cache, tables, lens)
     ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, lens)
-    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
-
-
-def test_repeated_calls_take_the_bound_launch():
-    """Same shapes again: the cached launch reads the new lengths; a changed dtype is checked."""
-    import kernels.decode_attention as decode_module
-
-    case = make_case([30, 12], 2, 64, 8, torch.float32)
-    q = random_queries((2, 4, 64), torch.float32, "cpu", case.seed)
-    width = max(len(t) for t in case.block_tables)
-    tables = torch.tensor([t + [0] * (width - len(t)) for t in case.block_tables],
-                          dtype=torch.int32)
-    lens = torch.tensor([30, 12], dtype=torch.int32)
-    out = torch.empty_like(q)
-    args = (q, case.k_cache, case.v_cache, tables, lens)
-    paged_decode_attention(*args, max_context_len=30, out=out)
-    size = len(decode_module._FAST)
-    lens[:] = torch.tensor([17, 3])
-    paged_decode_attention(*args, max_context_len=30, out=out)
-    assert len(decode_module._FAST) == size
-    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, [17, 3])
-    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
-    with pytest.raises(ValueError, match="dtype"):
-        paged_decode_attention(q.half(), case.k_cache, case.v_cache, tables, lens,
-                               max_context_len=30)
-
-
-def _bound_case():
-    case = make_case([30, 12], 2, 64, 8, torch.float32)
-    q = random_queries((2, 4, 64), torch.float32, "cpu", case.seed)
-    width = max(len(t) for t in case.block_tables)
-    tables = torch.tensor([t + [0] * (width - len(t)) for t in case.block_tables],
-                          dtype=torch.int32)
-    return case, q, tables, torch.tensor([30, 12], dtype=torch.int32)
-
-
-def test_same_tensors_take_the_identity_cache():
-    """The same tensors twice in a row enter _SAME; fresh views of q do not stay in it."""
-    import kernels.decode_attention as decode_module
-
-    case, q, tables, lens = _bound_case()
-    out = torch.empty_like(q)
-    decode_module.clear_launch_cache()
-    for _ in range(3):
-        paged_decode_attention(q, case.k_cache, case.v_cache, tables, lens, max_context_len=30,
-                               out=out)
-    assert id(q) in decode_module._SAME
-    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, [30, 12])
-    assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
-    decode_module.clear_launch_cache()
-    view = None
-    for _ in range(4):  # each view dies before the next: CPython may give it the same id
-        view = q[:]
-        paged_decode_attention(view, case.k_cache, case.v_cache, tables, lens,
-                               max_context_len=30, out=out)
-        del view
-    assert len(decode_module._SAME) <= 1
-    assert all(entry[1][0]() is not None for entry in decode_module._SAME.values())
-
-
-def test_identity_cache_entry_leaves_with_its_query():
-    """A promoted q's entry is gone once q dies, whatever ids later views get."""
-    import kernels.decode_attention as decode_module
-
-    case, q, tables, lens = _bound_case()
-    out = torch.empty_like(q)
-    decode_module.clear_launch_cache()
-    view = q[:]
-    for _ in range(3):
-        paged_decode_attention(view, case.k_cache, case.v_cache, tables, lens,
-                               max_context_len=30, out=out)
-    view_id = id(view)
-    assert view_id in decode_module._SAME
-    del view
-    assert view_id not in decode_module._SAME
-
-
-def test_identity_cache_sees_in_place_changes():
-    """An in-place resize after a cached call is checked again, not launched with old strides."""
-    import kernels.decode_attention as decode_module
-
-    case, q, tables, lens = _bound_case()
-    args = (q, case.k_cache, case.v_cache, tables, lens)
-    decode_module.clear_launch_cache()
-    for _ in range(3):
-        paged_decode_attention(*args, max_context_len=30)
-    assert id(q) in decode_module._SAME
-    lens.resize_(3)
-    with pytest.raises(ValueError, match="3 lengths"):
-        paged_decode_attention(*args, max_context_len=30)
-    lens.resize_(2)
-    lens.copy_(torch.tensor([30, 12]))
-    tables.resize_(1, tables.shape[1])
-    with pytest.raises(ValueError, match="1 tables"):
-        paged_decode_attention(*args, max_context_len=30)
-
-
-def test_inference_mode_tensors_use_the_property_cache():
-    """Inference tensors have no version counter: calls still work, through _FAST only."""
-    import kernels.decode_attention as decode_module
-
-    case, q, tables, lens = _bound_case()
-    decode_module.clear_launch_cache()
-    with torch.inference_mode():
-        qi, ti, li = q.clone(), tables.clone(), lens.clone()
-        for _ in range(3):
-            out = paged_decode_attention(qi, case.k_cache, case.v_cache, ti, li,
-                                         max_context_len=30)
-    assert not decode_module._SAME and decode_module._FAST
-    ref = ref_decode_attention(q, case.k_cache, case.v_cache, case.block_tables, [30, 12])
     assert rel_error_per_seq_head(out, ref).max() < 1e-5, f"seed {case.seed}"
 
 
