@@ -95,6 +95,25 @@ def _executed(path: Path) -> dict[int, float]:
     return out
 
 
+def _repredicted(path: Path, step: StepModel, swap_of: dict[int, float]) -> dict[int, float]:
+    """GPU seconds the current step model gives each executed step's batch (plus the
+    simulated swap time): the ratios must divide by the model being checked, not by the one
+    that priced the steps when the scenario was prepared."""
+    out: dict[int, float] = {}
+    cap = step.decode_context_cap
+    for line in path.read_text().splitlines():
+        obj = json.loads(line)
+        if obj.get("kind") != "step":
+            continue
+        b = obj["batch"]
+        decodes, ctx = int(b["num_decode"]), int(b["decode_context_sum"])
+        if cap is not None and decodes:
+            ctx = min(ctx, decodes * cap)
+        st = step.predict_split(decodes, ctx, [(int(n), int(c)) for n, c in b["prefill"]])
+        out[int(obj["step"])] = st.attention_s + st.linear_s + swap_of[int(obj["step"])]
+    return out
+
+
 def _latencies(requests: dict[str, list[Any]]) -> dict[str, float]:
     """Mean TTFT, TPOT (requests with >= 2 outputs), ITL (token-weighted) and E2E, seconds."""
     done = [i for i, status in enumerate(requests["status"]) if status == "finished"]
@@ -108,12 +127,16 @@ def _latencies(requests: dict[str, list[Any]]) -> dict[str, float]:
             "e2e": float(np.mean(finish - arrival))}
 
 
+def _config(name: str) -> Any:
+    options = parse_options([*COMMON, *SCENARIOS[name]])
+    return resolve(dataclasses.replace(options, record_allocation_log=False))
+
+
 def simulate(name: str, wrap: Callable[[StepModel], StepModel] | None = None
              ) -> dict[str, float]:
     """Scenario ``name`` simulated in this process (its step model ``wrap``ped), without
     the allocation log: mean latencies."""
-    options = parse_options([*COMMON, *SCENARIOS[name]])
-    config = resolve(dataclasses.replace(options, record_allocation_log=False))
+    config = _config(name)
     trace, _ = load_input(config.workload, traces)
     costs = build_costs(config)
     if wrap is not None:
@@ -125,11 +148,11 @@ def check(run: Path) -> dict[str, Any]:
     """One scenario: latencies simulated vs re-simulated with the measured step times, and
     the executed steps' own errors."""
     steps = pd.read_parquet(run / "steps.parquet")
-    predicted_of = dict(zip(steps["step"].astype(int),
-                            steps["attention_s"] + steps["linear_s"] + steps["swap_s"]))
+    swap_of = dict(zip(steps["step"].astype(int), steps["swap_s"].astype(float)))
     classes, _ = read_log(run / "allocation_log.jsonl.gz")
     measured = _executed(run / "executed_steps.jsonl")
-    predicted = {s: float(predicted_of[s]) for s in measured}
+    step_model = build_costs(_config(run.name)).step_model
+    predicted = _repredicted(run / "executed_steps.jsonl", step_model, swap_of)
     ratios = class_ratios(predicted, measured, classes)
     simulated = simulate(run.name)
     models: list[MeasuredStep] = []

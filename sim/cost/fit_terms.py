@@ -3,17 +3,24 @@
 Per part p (attention, linear, other) and step kind k (decode, prefill, mixed), seconds:
 
     t = floor[k,p] x launches_p + mem[k,p] x M_p + flop[k,p] x F_p + seq[k,p] x S
+        + waves[k,p] x W + bound[k,p] x max(M_p, F_p)
 
 M_p and F_p are the roofline's memory and compute seconds of the part at 100 % of the GPU's
 datasheet HBM bandwidth and tensor peak (sim/cost/step_roofline.py), so 1 / mem and 1 / flop
 are the part's efficiencies; `launches_p` counts the part's kernel launches per step, so
-`floor` is a latency floor per launch; `seq` a cost per scheduled sequence. The "other" part
-(norms, rotary, activation, MoE glue, embedding, argmax) has M = the bytes of about ten
-activation vectors per token and layer, and no FLOP term; neither has decode attention (its
-query-key pairs equal the keys it reads, so the two cannot be told apart). Linear rows are the tokens padded to
-vLLM's CUDA-graph capture sizes (as the executor runs them). Coefficients are non-negative,
-fitted by least squares on relative error (each row divided by its measured time): an exact
-search over the subsets of active terms (4 terms: 16 small numpy solves).
+`floor` is a latency floor per launch; `seq` a cost per scheduled sequence. `bound` prices the
+part at its roofline (the slower of memory and compute), so a part that turns from memory- to
+compute-bound as tokens grow is not charged both. W (attention of prefill and mixed steps
+only) counts the key tiles on the critical path of the query-tile kernel (`tile_waves`): a
+short chunk over a long cached prefix leaves most SMs idle while a few programs walk the
+whole prefix, which no FLOP or byte count sees; `waves` is seconds per key tile of one program.
+The "other" part (norms, rotary, activation, MoE glue, embedding, argmax) has M = the bytes of
+about ten activation vectors per token and layer, and no FLOP term; neither has decode
+attention (its query-key pairs equal the keys it reads, so the two cannot be told apart), and
+neither has `bound`. Linear rows are the tokens padded to vLLM's CUDA-graph capture sizes (as
+the executor runs them). Coefficients are non-negative, fitted by least squares on relative
+error (each row divided by its measured time): an exact search over the subsets of active
+terms (6 terms: 63 small numpy solves).
 """
 from __future__ import annotations
 
@@ -27,11 +34,44 @@ from sim.cost.step_roofline import RooflineStepModel
 
 PARTS = ("attention", "linear", "other")
 KINDS = ("decode", "prefill", "mixed")
-TERMS = ("floor", "mem", "flop", "seq")
+TERMS = ("floor", "mem", "flop", "seq", "waves", "bound")
 MAX_CAPTURE_SIZE = 512
 # vLLM's default capture sizes: [1, 2, 4] + range(8, 256, 8) + range(256, 513, 16).
 CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, MAX_CAPTURE_SIZE + 1, 16))
 OTHER_VECTORS_PER_LAYER = 10
+# kernels/attention.py: chunks of more than 16 new tokens run as query-tile programs (one per
+# BLOCK_M new tokens and query head, heaviest first), the rest as split-K items like decodes.
+SPLIT_K_MAX_NEW = 16
+# Query-tile programs resident per SM. 2 fits the executed prefill points better than 1 or 3
+# (on the fitted split of every shape; benchmarks/RESULTS.md, "prefill tail").
+PROGRAMS_PER_SM = 2
+
+
+def prefill_tile(head_dim: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of the query-tile programs for 16-bit q (kernels/prefill_config.py)."""
+    return (128, 64) if head_dim <= 128 else (64, 32)
+
+
+def tile_waves(prefills: Sequence[tuple[int, int]], heads: int, head_dim: int, sms: int,
+               window: int | None) -> int:
+    """Key tiles on the critical path of one layer's query-tile programs: the programs (one
+    per query tile and query head, heaviest first) run in waves of PROGRAMS_PER_SM x `sms`,
+    each wave lasting as long as its heaviest program; the sum of those programs' key tiles.
+    A tile of new tokens [s, e) of a chunk over `prefix` cached tokens reads prefix + e keys
+    (at most window + BLOCK_M under a sliding window), in tiles of BLOCK_N."""
+    block_m, block_n = prefill_tile(head_dim)
+    tiles = []
+    for new, prefix in prefills:
+        if new <= SPLIT_K_MAX_NEW:
+            continue
+        for end in range(block_m, new + block_m, block_m):
+            keys = prefix + min(end, new)
+            if window is not None:
+                keys = min(keys, window + block_m)
+            tiles.append(-(-keys // block_n))
+    tiles.sort(reverse=True)
+    slots = PROGRAMS_PER_SM * sms
+    return sum(tiles[j // heads] for j in range(0, len(tiles) * heads, slots))
 
 
 def padded_tokens(tokens: int) -> int:
@@ -70,10 +110,15 @@ def features(roof: RooflineStepModel, num_decode: int, sum_decode_context: int,
     other_mem = (rows * model.num_layers * OTHER_VECTORS_PER_LAYER * model.hidden_size
                  * model.dtype_bytes / roof.gpu.hbm_bytes_per_s)
     n_att, n_lin, n_other = launches(model, kind)
+    waves, att_bound = 0.0, max(att_mem, att_flop)
     if kind == "decode":
-        att_flop = 0.0  # a decode's pairs equal its keys read: not separable from att_mem
-    return kind, [[n_att, att_mem, att_flop, seqs], [n_lin, lin_mem, lin_flop, seqs],
-                  [n_other, other_mem, 0.0, seqs]]
+        att_flop = att_bound = 0.0  # a decode's pairs equal its keys read: not separable
+    else:
+        waves = float(model.num_layers * tile_waves(
+            prefills, model.heads_per_gpu(roof.tp), model.head_dim, roof.gpu.sms, roof.window))
+    return kind, [[n_att, att_mem, att_flop, seqs, waves, att_bound],
+                  [n_lin, lin_mem, lin_flop, seqs, 0.0, max(lin_mem, lin_flop)],
+                  [n_other, other_mem, 0.0, seqs, 0.0, 0.0]]
 
 
 def fit_nonnegative(x: np.ndarray, y: np.ndarray) -> np.ndarray:

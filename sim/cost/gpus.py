@@ -19,6 +19,8 @@ class GpuSpec:
     """One GPU. Units: GiB, GB/s (1e9 B/s), TFLOP/s (1e12), PCIe GB/s in one direction.
 
     Invariant: every number > 0. `bf16_tflops` is the dense (no 2:4 sparsity) tensor-core rate.
+    `sms` (streaming multiprocessors) sets how many attention programs run at once in the
+    fitted step model's tile-wave term; a custom GPU gets the H100 / H200 count unless given.
     """
 
     name: str
@@ -26,9 +28,10 @@ class GpuSpec:
     hbm_gbps: float
     bf16_tflops: float
     pcie_gbps: float
+    sms: int = 132
 
     def __post_init__(self) -> None:
-        for field in ("memory_gib", "hbm_gbps", "bf16_tflops", "pcie_gbps"):
+        for field in ("memory_gib", "hbm_gbps", "bf16_tflops", "pcie_gbps", "sms"):
             value = getattr(self, field)
             if not value > 0:
                 raise ValueError(f"gpu {self.name}: {field} must be > 0, got {value}")
@@ -50,6 +53,8 @@ class GpuSpec:
         return self.pcie_gbps * 1e9
 
 
+# SMs: the architecture whitepapers (A100 108, H100 SXM5 132, H200 the H100's GH100 die with
+# 132, L4 58, L40S 142, RTX 4090 128).
 # PCIe: datasheets quote both directions together (Gen4 x16 "64 GB/s", Gen5 x16 "128 GB/s");
 # a swap copies one way, so the presets hold half. Tensor rates are the datasheets' dense bf16
 # figures (the headline numbers with sparsity are twice these). Memory is the nominal size read
@@ -57,23 +62,30 @@ class GpuSpec:
 PRESETS: dict[str, GpuSpec] = {g.name: g for g in (
     # NVIDIA A100 Tensor Core GPU datasheet (SXM4): 40GB HBM2, 1,555 GB/s, BF16 312 TFLOPS,
     # PCIe Gen4 64 GB/s.
-    GpuSpec(name="A100-40GB", memory_gib=40, hbm_gbps=1555, bf16_tflops=312, pcie_gbps=32),
+    GpuSpec(name="A100-40GB", memory_gib=40, hbm_gbps=1555, bf16_tflops=312,
+            pcie_gbps=32, sms=108),
     # Same datasheet, 80GB HBM2e SXM4: 2,039 GB/s.
-    GpuSpec(name="A100-80GB", memory_gib=80, hbm_gbps=2039, bf16_tflops=312, pcie_gbps=32),
+    GpuSpec(name="A100-80GB", memory_gib=80, hbm_gbps=2039, bf16_tflops=312,
+            pcie_gbps=32, sms=108),
     # NVIDIA H100 Tensor Core GPU datasheet (SXM): 80GB HBM3, 3.35 TB/s, BF16 1,979 TFLOPS with
     # sparsity (989 dense), PCIe Gen5 128 GB/s.
-    GpuSpec(name="H100-80GB", memory_gib=80, hbm_gbps=3350, bf16_tflops=989, pcie_gbps=64),
+    GpuSpec(name="H100-80GB", memory_gib=80, hbm_gbps=3350, bf16_tflops=989,
+            pcie_gbps=64, sms=132),
     # NVIDIA H200 datasheet (SXM): 141GB HBM3e, 4.8 TB/s, BF16 989 dense, PCIe Gen5 128 GB/s.
     # Memory: torch.cuda.mem_get_info() on an H200 reported 150,109,880,320 B = 139.8 GiB total,
     # the figure vLLM multiplies by gpu_memory_utilization.
-    GpuSpec(name="H200-141GB", memory_gib=139.8, hbm_gbps=4800, bf16_tflops=989, pcie_gbps=64),
+    GpuSpec(name="H200-141GB", memory_gib=139.8, hbm_gbps=4800, bf16_tflops=989,
+            pcie_gbps=64, sms=132),
     # NVIDIA L4 datasheet: 24GB GDDR6, 300 GB/s, BF16 242 TFLOPS with sparsity, PCIe Gen4 x16.
-    GpuSpec(name="L4", memory_gib=24, hbm_gbps=300, bf16_tflops=121, pcie_gbps=32),
+    GpuSpec(name="L4", memory_gib=24, hbm_gbps=300, bf16_tflops=121,
+            pcie_gbps=32, sms=58),
     # NVIDIA L40S datasheet: 48GB GDDR6, 864 GB/s, BF16 362.05 TFLOPS dense, PCIe Gen4 x16.
-    GpuSpec(name="L40S", memory_gib=48, hbm_gbps=864, bf16_tflops=362, pcie_gbps=32),
+    GpuSpec(name="L40S", memory_gib=48, hbm_gbps=864, bf16_tflops=362,
+            pcie_gbps=32, sms=142),
     # NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: 24GB GDDR6X, 1,008 GB/s,
     # BF16 (FP32 accumulate) 165.2 TFLOPS dense, PCIe Gen4 x16.
-    GpuSpec(name="RTX-4090", memory_gib=24, hbm_gbps=1008, bf16_tflops=165.2, pcie_gbps=32),
+    GpuSpec(name="RTX-4090", memory_gib=24, hbm_gbps=1008, bf16_tflops=165.2,
+            pcie_gbps=32, sms=128),
 )}
 
 _EXTRA_ALIASES: dict[str, tuple[str, ...]] = {

@@ -2,7 +2,9 @@
 step times are the executed steps' (per shape class)."""
 from __future__ import annotations
 
+import gzip
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -52,11 +54,43 @@ def test_measured_step_scales_gpu_parts_by_the_class_ratio_or_the_median() -> No
         measured_mod.MeasuredStep(Flat(), {})
 
 
+class Doubled(StepModel):
+    """Another step model than the one a run was prepared with: twice its GPU parts."""
+
+    def __init__(self, base: StepModel) -> None:
+        self.base, self.decode_context_cap = base, base.decode_context_cap
+        self.description = "doubled"
+
+    def predict_split(self, num_decode: int, sum_decode_context: int,
+                      prefills: Sequence[tuple[int, int]]) -> StepTime:
+        st = self.base.predict_split(num_decode, sum_decode_context, prefills)
+        return StepTime(2 * st.attention_s, 2 * st.linear_s, st.overhead_s)
+
+
+def _batches(log: Path) -> dict[int, dict[str, object]]:
+    """Each logged step's batch as the executor records it: one-token spans after a context
+    are decodes, the others prefill chunks [new, cached]."""
+    out: dict[int, dict[str, object]] = {}
+    with gzip.open(log, "rt") as fh:
+        for line in fh:
+            obj = json.loads(line)
+            if obj.get("kind") != "step":
+                continue
+            spans = [tuple(seq["positions"]) for seq in obj["seqs"]]
+            decodes = [s for s, e in spans if e - s == 1 and s > 0]
+            out[int(obj["step"])] = {"num_decode": len(decodes),
+                                     "decode_context_sum": sum(decodes),
+                                     "prefill": [[e - s, s] for s, e in spans
+                                                 if not (e - s == 1 and s > 0) and e > s]}
+    return out
+
+
 def test_check_on_a_simulated_run_with_synthetic_executed_steps(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every executed step measured at 1.25x its prediction, one per class: the re-simulated
     run (CPU side zero, every request at time 0) is 1.25x slower on every latency, so the
-    simulation's error is 1 / 1.25 - 1 = -20 %."""
+    simulation's error is 1 / 1.25 - 1 = -20 %. The ratios divide by the step model's own
+    prediction of each executed batch, which must equal the one the run recorded."""
     rows = [{"prompt_len": 40 + 8 * i, "output_len": 6 + i, "arrival_s": 0.0}
             for i in range(6)]
     trace = tmp_path / "trace.json"
@@ -67,6 +101,7 @@ def test_check_on_a_simulated_run_with_synthetic_executed_steps(
     steps = pd.read_parquet(run / "steps.parquet")
     classes, first = check_mod.read_log(run / "allocation_log.jsonl.gz")
     assert set(first) == {str(i) for i in range(6)}
+    batches = _batches(run / "allocation_log.jsonl.gz")
     seen: set[str | None] = set()
     lines = []
     for row in steps.itertuples():
@@ -74,7 +109,8 @@ def test_check_on_a_simulated_run_with_synthetic_executed_steps(
             seen.add(classes[row.step])
             gpu = 1.25 * (row.attention_s + row.linear_s)
             lines.append(json.dumps({"kind": "step", "step": row.step, "graph_s": gpu,
-                                     "eager_s": 2 * gpu, "moves_s": 0.0}))
+                                     "eager_s": 2 * gpu, "moves_s": 0.0,
+                                     "batch": batches[row.step]}))
     assert len(lines) < len(steps)
     assert check_mod.main(["compare", str(tmp_path)]) == 2  # no executed steps yet
     (run / "executed_steps.jsonl").write_text("\n".join(lines) + "\n")
@@ -89,3 +125,10 @@ def test_check_on_a_simulated_run_with_synthetic_executed_steps(
     out = tmp_path / "r.json"
     assert check_mod.main(["compare", str(tmp_path), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["tiny"]["num_executed"] == len(lines)
+    # A step model changed since the run was prepared (here: twice as slow) is checked
+    # against the same measurements: 2 / 1.25 - 1 = +60 %, not the prepared model's -20 %.
+    build = check_mod.build_costs
+    monkeypatch.setattr(check_mod, "build_costs", lambda config: build(config)._replace(
+        step_model=Doubled(build(config).step_model)))
+    for metric, m in check_mod.check(run)["metrics"].items():
+        assert m["error"] == pytest.approx(0.6, rel=1e-9), metric

@@ -30,6 +30,15 @@ def test_presets_are_dense_rates_and_one_way_pcie() -> None:
     assert all(g.bf16_tflops < 1000 for g in PRESETS.values())
 
 
+def test_sm_counts_and_their_check() -> None:
+    """SM counts per preset (a custom GPU gets the H100 / H200's 132); 0 is refused."""
+    assert [PRESETS[n].sms for n in ("A100-80GB", "H100-80GB", "H200-141GB", "L4")] == [
+        108, 132, 132, 58]
+    assert GpuSpec(name="g", memory_gib=2, hbm_gbps=3, bf16_tflops=4, pcie_gbps=5).sms == 132
+    with pytest.raises(ValueError, match="sms must be > 0"):
+        GpuSpec(name="g", memory_gib=2, hbm_gbps=3, bf16_tflops=4, pcie_gbps=5, sms=0)
+
+
 def test_unit_conversions() -> None:
     """Memory converts from GiB, bandwidths from GB/s and FLOP/s from TFLOP/s."""
     gpu = GpuSpec(name="g", memory_gib=2, hbm_gbps=3, bf16_tflops=4, pcie_gbps=5)

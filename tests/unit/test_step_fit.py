@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from sim.cost.calibration import read_calibration
-from sim.cost.fit_terms import KINDS, features, fit_nonnegative, padded_tokens
+from sim.cost.fit_terms import (
+    KINDS,
+    PROGRAMS_PER_SM,
+    TERMS,
+    features,
+    fit_nonnegative,
+    padded_tokens,
+    prefill_tile,
+    tile_waves,
+)
 from sim.cost.gpus import get_gpu
 from sim.cost.models import get_model
 from sim.cost.step_extras import ExtendedStepModel
@@ -26,13 +35,14 @@ GRID = ([(b, c, 0, 0) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) for c in (128,
         + [(0, 0, n, p) for n in (16, 64, 256, 1024, 4096) for p in (0, 1024, 8192)]
         + [(b, c, n, 0) for b in (4, 16, 64) for c in (1024, 4096) for n in (64, 512, 2048)])
 # Known terms per kind: (floor per launch s, 1 / memory efficiency, 1 / compute efficiency,
-# s per sequence) for attention, linear, other.
-TRUE = {"decode": [[6e-6, 1 / 0.8, 0.0, 2e-6], [3e-6, 1 / 0.87, 1 / 0.6, 0.0],
-                   [2e-6, 1 / 0.5, 0.0, 1e-7]],
-        "prefill": [[8e-6, 1 / 0.7, 1 / 0.45, 0.0], [3e-6, 1 / 0.85, 1 / 0.7, 0.0],
-                    [2e-6, 1 / 0.6, 0.0, 0.0]],
-        "mixed": [[9e-6, 1 / 0.75, 1 / 0.5, 1e-6], [3e-6, 1 / 0.85, 1 / 0.65, 0.0],
-                  [2e-6, 1 / 0.55, 0.0, 0.0]]}
+# s per sequence, s per key tile on the critical path, roofline weight) for attention, linear,
+# other.
+TRUE = {"decode": [[6e-6, 1 / 0.8, 0.0, 2e-6, 0.0, 0.0], [3e-6, 1 / 0.87, 1 / 0.6, 0.0, 0.0, 0.0],
+                   [2e-6, 1 / 0.5, 0.0, 1e-7, 0.0, 0.0]],
+        "prefill": [[8e-6, 1 / 0.7, 1 / 0.9, 0.0, 2e-6, 0.0],
+                    [3e-6, 0.2, 0.3, 0.0, 0.0, 1 / 0.8], [2e-6, 1 / 0.6, 0.0, 0.0, 0.0, 0.0]],
+        "mixed": [[9e-6, 1 / 0.75, 1 / 0.5, 1e-6, 1e-6, 0.0],
+                  [3e-6, 1 / 0.85, 1 / 0.65, 0.0, 0.0, 0.0], [2e-6, 1 / 0.55, 0.0, 0.0, 0.0, 0.0]]}
 
 
 def _points(noise: float, seed: int = 0, name: str = "Llama-3-8B") -> list[dict[str, Any]]:
@@ -118,3 +128,57 @@ def test_auto_without_a_shipped_calibration_is_the_roofline() -> None:
 def test_padding_follows_capture_sizes() -> None:
     assert [padded_tokens(n) for n in (1, 3, 9, 255, 257, 512, 513)] == [1, 4, 16, 256, 272,
                                                                           512, 513]
+
+
+def _waves_by_hand(prefills: list[tuple[int, int]], heads: int, head_dim: int, sms: int,
+                   window: int | None) -> int:
+    """Every query-tile program listed, heaviest first, cut into waves of the resident slots:
+    the sum of each wave's heaviest program's key tiles."""
+    block_m, block_n = prefill_tile(head_dim)
+    programs = []
+    for new, prefix in prefills:
+        if new <= 16:
+            continue
+        for start in range(0, new, block_m):
+            keys = prefix + min(start + block_m, new)
+            keys = keys if window is None else min(keys, window + block_m)
+            programs += [int(np.ceil(keys / block_n))] * heads
+    programs.sort(reverse=True)
+    slots = PROGRAMS_PER_SM * sms
+    return sum(max(programs[i:i + slots]) for i in range(0, len(programs), slots))
+
+
+def test_tile_waves_counts_the_critical_path() -> None:
+    """A short chunk over a long prefix is one wave of 65 key tiles (4,128 keys / 64), as long
+    as a 2,048-token chunk with no prefix is 48 (waves led by 32 and 16 tiles); split-K
+    chunks (<= 16 new tokens) have none; random batches match the program-by-program count."""
+    assert tile_waves([(32, 4096)], 32, 128, 132, None) == 65
+    assert tile_waves([(2048, 0)], 32, 128, 132, None) == 32 + 16
+    assert tile_waves([(16, 8192)], 32, 128, 132, None) == 0
+    rng = random.Random(1)
+    for _ in range(200):
+        prefills = [(rng.choice((8, 17, 100, 128, 129, 700, 2048, 5000)),
+                     rng.choice((0, 1, 1000, 8192))) for _ in range(rng.randint(1, 4))]
+        args = (rng.choice((8, 28, 32, 40)), rng.choice((64, 128, 256)),
+                rng.choice((58, 108, 132)), rng.choice((None, 4096)))
+        assert tile_waves(prefills, *args) == _waves_by_hand(prefills, *args)
+
+
+def test_fit_needs_the_waves_term_for_short_chunks_over_long_prefixes() -> None:
+    """Prefill attention made of launch floors, bytes, FLOPs and key tiles on the critical
+    path: the fit recovers the seconds per key tile; without that column no mix of the other
+    terms prices both a 32-token chunk over 8,192 cached tokens and a 4,096-token chunk."""
+    roof, col = RooflineStepModel(MODEL, GPU), TERMS.index("waves")
+    rows, times = [], []
+    for new in (32, 96, 256, 512, 1024, 2048, 4096):
+        for prefix in (0, 1024, 8192):
+            kind, parts = features(roof, 0, 0, [(new, prefix)])
+            assert kind == "prefill" and parts[0][col] > 0
+            rows.append(parts[0])
+            times.append(float(np.dot([8e-6, 1 / 0.7, 1 / 0.9, 0.0, 2e-6, 0.0], parts[0])))
+    x, y = np.array(rows), np.array(times)
+    coef = fit_nonnegative(x, y)
+    assert coef[col] == pytest.approx(2e-6, rel=1e-6)
+    x[:, col] = 0.0
+    worst = float(np.abs(x @ fit_nonnegative(x, y) / y - 1).max())
+    assert worst > 0.15
