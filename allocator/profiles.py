@@ -88,6 +88,11 @@ class VllmProfile:
             admission stops when the padded request would pass the budget or the model
             length); ``with_running_or_hit`` (also for a request with computed tokens; left
             unpadded without room for the sampled token).
+        admission_lookahead: a waiting request's first chunk also reserves the draft
+            lookahead slots (``num_lookahead_tokens``: EAGLE, draft model); before, a request
+            with no computed tokens reserved none.
+        draft_input_slots: each scheduled request also takes its method's drafting slots
+            (one for a sequential draft model) from the step's input budget.
         gpu_memory_utilization: the engine default.
         max_num_active_seqs_option: the ``max_num_active_seqs`` admission limit exists.
     """
@@ -114,6 +119,8 @@ class VllmProfile:
     async_skip_undelivered_preempted: bool = False
     output_caching: str = "async"
     draft_padding: str = "none"
+    admission_lookahead: bool = False
+    draft_input_slots: bool = False
     gpu_memory_utilization: float = 0.9
     max_num_active_seqs_option: bool = False
 
@@ -161,7 +168,7 @@ CHANGES: tuple[tuple[str, dict[str, Any]], ...] = (
               "extra_keys": "mm_offset"}),
     ("0.20", {"swa_admission_cap": "every_check", "gpu_memory_utilization": 0.92}),
     ("0.21", {"full_sequence_check": "allocate_slots", "swa_admission_cap": "full_sequence"}),
-    ("0.23", {"free_order": "swa_split", "swa_cache_mask": "mask"}),
+    ("0.23", {"free_order": "swa_split", "swa_cache_mask": "mask", "admission_lookahead": True}),
     ("0.24", {"free_order": "lifo_unhashed", "ext_clamp": "any_token", "watermark": 0.0}),
     ("0.26", {"swa_admission_cap_tokens": "max_in_flight_tokens",
               "async_in_flight_swa_free": True}),
@@ -173,7 +180,8 @@ CHANGES: tuple[tuple[str, dict[str, Any]], ...] = (
               "max_num_active_seqs_option": True, "async_skip_undelivered_preempted": True}),
     ("0.32", {"cascade_prefix": "zeros"}),
     ("0.33", {"null_block_ref_cnt": "untracked", "priority_self_preemption_continue": True,
-              "output_caching": "async_or_spec", "draft_padding": "with_running_or_hit"}),
+              "output_caching": "async_or_spec", "draft_padding": "with_running_or_hit",
+              "draft_input_slots": True}),
 )
 """The release table: (first release, the switches it changed). 0.15-0.18 change nothing."""
 

@@ -16,7 +16,8 @@ outputs, beside pagedsim's ``Scheduler`` over seeded arrival streams, compared e
 (scheduled requests and token counts, admissions, preemption victims, finishes, block ids)::
 
     python benchmarks/vllm_diff.py --scheduler --vllm-python PY --steps N --seed S
-        [--policy priority] [--spec K | --async] [--episode-steps 200]
+        [--policy priority] [--spec K [--spec-method ngram|eagle|draft_model]] [--async]
+        [--episode-steps 200]
         [--vllm-scheduler-config NAME=VALUE] [--record FILE] [--replay FILE]
 
 It prints the first divergence as a minimal replayable stream (written to ``--out``) and the

@@ -23,6 +23,7 @@ from vllm_sched_stream import make_stream
 CLASSES = ("chunked prefill", "admission gate", "recompute preemption", "priority",
            "spec decoding", "async", "finish", "block tables")
 MAX_SHRINK_RUNS = 400
+SPEC_METHODS = ("ngram", "eagle", "draft_model")
 
 
 class Worker(Protocol):
@@ -111,6 +112,8 @@ def describe(worker: Worker, stream: dict[str, Any], version: str) -> str:
     theirs, ours = worker.run(stream), run_pagedsim(stream, version)
     step = first_divergence(ours, theirs)
     lines = [f"config {json.dumps(stream['config'])}"]
+    if step >= min(len(ours), len(theirs)):
+        return "\n".join(lines + [f"records end: pagedsim {len(ours)} steps, vllm {len(theirs)}"])
     for r in stream["requests"]:
         lines.append(f"  {r['id']}: arrives step {r['arrival']}, prompt {len(r['prompt'])} "
                      f"tokens {r['prompt'][:8]}..., max_tokens {r['max_tokens']}, "
@@ -134,7 +137,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--policy", choices=("fcfs", "priority"), default="fcfs",
                    help="scheduling policy (default fcfs)")
     g.add_argument("--spec", type=int, default=0, metavar="K",
-                   help="ngram speculative decoding with K draft tokens (default 0: off)")
+                   help="speculative decoding with K draft tokens (default 0: off)")
+    g.add_argument("--spec-method", choices=SPEC_METHODS, default="ngram",
+                   help="the drafting method of --spec (default ngram)")
     g.add_argument("--async", dest="async_scheduling", action="store_true",
                    help="async scheduling (one step of outputs in flight)")
     g.add_argument("--vllm-scheduler-config", action="append", default=[], metavar="NAME=VALUE",
@@ -154,8 +159,9 @@ def run_scheduler(args: argparse.Namespace, worker: Worker, version: str) -> int
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    if args.spec and args.async_scheduling:
-        print("--spec with --async: not driven by this harness (drop one)", file=sys.stderr)
+    refused = async_refusal(args, version)
+    if refused:
+        print(refused, file=sys.stderr)
         return 2
     streams = _streams(args)
     if args.record:
@@ -188,13 +194,26 @@ def run_scheduler(args: argparse.Namespace, worker: Worker, version: str) -> int
     return 1 if diverging else 0
 
 
+def async_refusal(args: argparse.Namespace, version: str) -> str:
+    """Why vLLM ``version`` refuses ``--async`` with the drafting method (its config checks:
+    EAGLE everywhere, a draft model from 0.19, n-gram on the CPU never), or ''."""
+    if not (args.spec and args.async_scheduling) or args.replay:
+        return ""
+    minor = int(version.split(".")[1])
+    if args.spec_method == "eagle" or (args.spec_method == "draft_model" and minor >= 19):
+        return ""
+    return (f"--async with --spec-method {args.spec_method}: vLLM {version} refuses it "
+            "(use --spec-method eagle, or drop --async)")
+
+
 def _streams(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.replay:
         loaded = json.loads(args.replay.read_text())
         return [loaded.get("stream", loaded)]
     count = -(-args.steps // args.episode_steps)
     streams = [make_stream(args.seed + i, args.episode_steps, policy=args.policy,
-                           spec=args.spec, async_scheduling=args.async_scheduling)
+                           spec=args.spec, spec_method=args.spec_method,
+                           async_scheduling=args.async_scheduling)
                for i in range(count)]
     for stream in streams:
         stream["config"]["vllm_scheduler"] = args.vllm_scheduler

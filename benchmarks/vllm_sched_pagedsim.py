@@ -53,7 +53,7 @@ def make_options(config: dict[str, Any], version: str) -> Options:
         "prefix_caching": config["prefix_caching"], "fast": False, "progress": False,
         "vllm_version": version, "scheduling_policy": config["policy"],
         "async_scheduling": config["async"],
-        "speculative_config": (json.dumps({"method": "ngram",
+        "speculative_config": (json.dumps({"method": config.get("spec_method", "ngram"),
                                            "num_speculative_tokens": config["spec"]})
                                if config["spec"] else None),
     }
@@ -103,6 +103,7 @@ def build(stream: dict[str, Any], version: str) -> tuple[Scheduler, StreamWorklo
         num_gpu_blocks=config["num_blocks"], block_size=config["block_size"],
         max_model_len=config["max_model_len"], enable_caching=config["prefix_caching"],
         log_stats=False, vllm_profile=profile))
+    manager.use_eagle = run.scheduler.use_eagle  # as the engine sets it (sim/engine.py)
     hasher = (get_request_block_hasher(config["block_size"], sha256, profile.extra_keys)
               if config["prefix_caching"] else None)
     workload = StreamWorkload(stream["requests"], hasher)

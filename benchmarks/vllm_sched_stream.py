@@ -1,8 +1,8 @@
 """Seeded arrival streams for ``vllm_diff.py --scheduler``, shared by both sides (stdlib only).
 
 A stream is a scheduler configuration (block size 16, a pool small enough to preempt, seats,
-budget, model length, chunked prefill and prefix caching on or off, policy, speculative tokens,
-async) and requests: id, arrival step, priority, prompt ids over shared prefix families (so
+budget, model length, chunked prefill and prefix caching on or off, policy, speculative tokens
+and method, async) and requests: id, arrival step, priority, prompt ids over shared prefix families (so
 prefix hits happen), a fixed output length (EOS ignored) and the tokens the fake model samples.
 Accepted draft counts are a pure function of seed, request and output count (both sides agree).
 """
@@ -21,7 +21,7 @@ SHORT_MODEL_LEN = 160
 
 
 def make_stream(seed: int, num_steps: int, *, policy: str = "fcfs", spec: int = 0,
-                async_scheduling: bool = False) -> dict[str, Any]:
+                spec_method: str = "ngram", async_scheduling: bool = False) -> dict[str, Any]:
     """A stream of arrivals over roughly ``num_steps`` steps (see the module docstring)."""
     rng = random.Random(f"sched:{seed}")
     max_model_len = rng.choice((MAX_MODEL_LEN, MAX_MODEL_LEN, SHORT_MODEL_LEN))
@@ -38,6 +38,7 @@ def make_stream(seed: int, num_steps: int, *, policy: str = "fcfs", spec: int = 
         "prefix_caching": rng.random() < 0.8,
         "policy": policy,
         "spec": spec,
+        "spec_method": spec_method,
         "async": async_scheduling,
         "num_steps": num_steps,
     }

@@ -2,7 +2,8 @@
 
 Runs in vLLM's interpreter (0.14 ... 0.33); one stream (``vllm_sched_stream.py``) per input
 JSON line, its per-step records as the reply line. No model is loaded (a stand-in model
-configuration; ngram speculative decoding, without lookahead slots). Each step adds its
+configuration; speculative decoding by ngram, EAGLE or a draft model, the scheduler deriving
+lookahead slots and EAGLE's block drop from the method as the engine would). Each step adds its
 arrivals, calls ``schedule()`` and answers with a ``ModelRunnerOutput``: a request that caught
 up samples its next fixed token plus its accepted drafts (never a placeholder draft, which the
 rejection sampler always rejects), a partial prefill nothing. Async
@@ -61,16 +62,38 @@ class Off(int):
         return 0
 
 
-class NgramSpec:
-    """A speculative configuration for the ngram method with K tokens (no lookahead); every
-    other method predicate, flag or count the release reads is off."""
+class SpecStandIn:
+    """A speculative configuration for ``method`` (ngram, eagle or draft_model) with K tokens:
+    the method predicates the release reads answer for that method (EAGLE drops a prefix
+    hit's last block; a draft model's sequential input keeps one extra slot in 0.33's
+    budget); every other method predicate, flag or count is off. The scheduler and, from
+    0.33, ``VllmConfig``'s lookahead properties derive their fields from these."""
 
-    method = "ngram"
     num_speculative_tokens_per_batch_size = None
     disable_eagle_block_drop = False
+    disable_lookahead_block_hashes = False
+    disable_padded_drafter_batch = False
+    parallel_drafting = False
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, method: str, k: int) -> None:
+        self.method = method
         self.num_speculative_tokens = k
+
+    def use_eagle(self) -> bool:
+        return self.method == "eagle"
+
+    def uses_draft_model(self) -> bool:
+        return self.method == "draft_model"
+
+    def needs_eagle_block_drop(self) -> bool:
+        return self.use_eagle()
+
+    def use_eagle_block_drop(self) -> bool:
+        return self.use_eagle() and not self.disable_eagle_block_drop
+
+    @property
+    def max_num_new_slots_for_drafting(self) -> int:
+        return 1 if self.uses_draft_model() else 0
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -128,7 +151,8 @@ def build_scheduler(config: dict[str, Any]) -> Any:
                              device_config=DeviceConfig(device="cpu"))
     object.__setattr__(vllm_config, "model_config", StandInModel(config["max_model_len"]))
     if config["spec"]:
-        object.__setattr__(vllm_config, "speculative_config", NgramSpec(config["spec"]))
+        object.__setattr__(vllm_config, "speculative_config", SpecStandIn(
+            config.get("spec_method", "ngram"), config["spec"]))
     bs = config["block_size"]
     spec = FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype=torch.float16)
     kv_config = KVCacheConfig(config["num_blocks"], [], [KVCacheGroupSpec(["l0"], spec)])
@@ -137,6 +161,14 @@ def build_scheduler(config: dict[str, Any]) -> Any:
         "vllm_config": vllm_config, "kv_cache_config": kv_config,
         "structured_output_manager": NoGrammar(), "block_size": bs, "hash_block_size": bs,
         "log_stats": False}))
+
+
+def make_hasher(sched: Any, config: dict[str, Any]) -> Any:
+    """The engine's request block hasher: from 0.33 its hashes cover the config's lookahead
+    tokens after each block (EAGLE's drafter reads the next token), older releases have none."""
+    lookahead = getattr(sched.vllm_config, "num_hash_lookahead_tokens", 0)
+    extra = (lookahead,) if lookahead else ()
+    return kv_cache_utils.get_request_block_hasher(config["block_size"], sha256, *extra)
 
 
 def make_request(spec: dict[str, Any], hasher: Any) -> Any:
@@ -156,13 +188,14 @@ class Driver:
     def __init__(self, stream: dict[str, Any]) -> None:
         self.config = config = stream["config"]
         self.sched = build_scheduler(config)
-        self.hasher = (kv_cache_utils.get_request_block_hasher(config["block_size"], sha256)
-                       if config["prefix_caching"] else None)
+        self.hasher = make_hasher(self.sched, config) if config["prefix_caching"] else None
         self.specs = {spec["id"]: spec for spec in stream["requests"]}
         self.arrivals: dict[int, list[dict[str, Any]]] = {}
         for spec in stream["requests"]:
             self.arrivals.setdefault(spec["arrival"], []).append(spec)
         self.records: list[dict[str, Any]] = []
+        self.drafting: set[str] = set()
+        """Requests whose last scheduled step samples (their next drafts are real)."""
 
     def run(self) -> list[dict[str, Any]]:
         in_flight: tuple[Any, dict[str, Any], dict[str, int]] | None = None
@@ -193,12 +226,23 @@ class Driver:
                             for rid in after}
         drafts = out.scheduled_spec_decode_tokens
         samplers = {}
+        self.drafting.difference_update(record["preempted"])  # preemption drops drafts
         for rid in out.num_scheduled_tokens:
             req = sched.requests[rid]
             if req.num_computed_tokens >= req.num_tokens:
-                # placeholder drafts (-1, padding a new decode) never match: none accepted
-                samplers[rid] = sum(1 for token in drafts.get(rid, ()) if token >= 0)
+                samplers[rid] = self.real_drafts(rid, drafts.get(rid, ()))
+                self.drafting.add(rid)
+            else:
+                self.drafting.discard(rid)
         return record, samplers
+
+    def real_drafts(self, rid: str, drafts: Any) -> int:
+        """Drafts the fake drafter really proposed: synchronously the non-placeholder ones
+        (-1 pads a new decode and never matches); under async every draft shows as -1, and
+        they are real when the request sampled in its step before (else padding)."""
+        if not self.config["async"]:
+            return sum(1 for token in drafts if token >= 0)
+        return len(drafts) if rid in self.drafting else 0
 
     def deliver(self, out: Any, record: dict[str, Any], samplers: dict[str, int]) -> None:
         """The fake model's output for a scheduled step; note who finished."""
@@ -217,8 +261,9 @@ class Driver:
             "req_ids": ids, "req_id_to_index": {rid: i for i, rid in enumerate(ids)},
             "sampled_token_ids": sampled, "logprobs": None, "prompt_logprobs_dict": {},
             "pooler_output": []}))
+        live = [rid for rid in ids if rid in sched.requests]  # not finished by the step before
         sched.update_from_output(out, output)
-        record["finished"] = [rid for rid in ids if rid not in sched.requests]
+        record["finished"] = [rid for rid in live if rid not in sched.requests]
         k = self.config["spec"]
         if k and not self.config["async"]:
             # drafts only for requests that sampled (a partial prefill's token is discarded)

@@ -279,6 +279,8 @@ class SchedulerConfig:
         acceptance: per draft position, the chance it is accepted given the ones before.
         num_lookahead_tokens: draft slots reserved in ``allocate_slots`` (the release's rule).
         use_eagle: prefix hits drop their last block (EAGLE).
+        draft_slots: input slots each scheduled request also takes from the step's budget
+            for its drafting (a draft model's sequential input, 0.33).
         async_scheduling: the next step is scheduled while one runs (``sched/async_sched.py``).
         async_skip_undelivered: preempted requests with an undelivered output wait for it.
     """
@@ -299,6 +301,7 @@ class SchedulerConfig:
     acceptance: tuple[float, ...] = ()
     num_lookahead_tokens: int = 0
     use_eagle: bool = False
+    draft_slots: int = 0
     async_scheduling: bool = False
     async_skip_undelivered: bool = False
 

@@ -85,7 +85,10 @@ class StepExtras:
         spec, mode = self.spec, self.state.config.vllm_profile.draft_padding
         assert spec is not None
         running = plan.seqs[:num_running]
-        if any(other not in spec.drafting for other in running):  # a prefill chunk ran
+        # a prefill chunk ran: a sequence whose last scheduled step did not sample (under
+        # async that step may be in flight, sampling into its placeholders)
+        if any(other not in spec.drafting and not self.placeholders.get(other)
+               for other in running):
             return 0
         padded, limit = 1 + spec.k, self.state.config.max_model_len
         if mode == "with_running":

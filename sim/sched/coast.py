@@ -167,7 +167,8 @@ class Coaster:
         # Planning a woken sequence touches no manager state, so the calls can go first.
         for seq in due:
             steady.call(seq)  # cannot fail: checked by _quiet_calls
-        plan = StepPlan(self.state.config.max_num_batched_tokens)
+        plan = StepPlan(self.state.config.max_num_batched_tokens,
+                        draft_slots=self.state.config.draft_slots)
         for seq in sorted(finishing, key=by_key):
             plan.add(seq, 1, seq.req.num_computed_tokens)
         steady.after_run(plan, None)

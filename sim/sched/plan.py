@@ -18,6 +18,7 @@ class StepPlan:
         "_split",
         "budget",
         "contexts",
+        "draft_slots",
         "events",
         "num_copies",
         "num_preemptions",
@@ -37,8 +38,12 @@ class StepPlan:
 
     def __init__(self, budget: int, seqs: list[Seq] | None = None,
                  tokens: list[int] | None = None, contexts: list[int] | None = None,
-                 num_steady: int = 0, steady_context: int = 0) -> None:
-        self.budget = budget
+                 num_steady: int = 0, steady_context: int = 0, draft_slots: int = 0) -> None:
+        self.draft_slots = draft_slots
+        """Input slots each scheduled sequence also takes for drafting (0.33's budget)."""
+        self.budget = budget - draft_slots
+        """Tokens the next sequence may still get: the token budget less the drafting slots
+        of the sequences scheduled so far and of that next one."""
         self.seqs: list[Seq] = seqs if seqs is not None else []
         self.tokens: list[int] = tokens if tokens is not None else []
         self.contexts: list[int] = contexts if contexts is not None else []
@@ -65,13 +70,13 @@ class StepPlan:
         self.seqs.append(seq)
         self.tokens.append(num_tokens)
         self.contexts.append(context)
-        self.budget -= num_tokens
+        self.budget -= num_tokens + self.draft_slots
 
     def remove(self, seq: Seq) -> None:
         """Take a scheduled sequence back out (it was preempted later in the same step)."""
         for i, other in enumerate(self.seqs):
             if other is seq:
-                self.budget += self.tokens[i]
+                self.budget += self.tokens[i] + self.draft_slots
                 del self.seqs[i], self.tokens[i], self.contexts[i]
                 return
 

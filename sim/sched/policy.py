@@ -70,20 +70,24 @@ def admit_call(manager: KVManager, config: SchedulerConfig) -> AdmitCall:
 
     No gate (before 0.19, or a contiguous manager): plain ``allocate_slots``. 0.19-0.20:
     ``can_fit_full_sequence`` first; 0.21+: ``allocate_slots(full_sequence_must_fit=True)``
-    (with the watermark). A refusal preempts nothing: admission stops for this step.
+    (with the watermark). A refusal preempts nothing: admission stops for this step. The
+    draft lookahead slots go with the first chunk where the release reserves them there.
     """
     profile = config.vllm_profile
     if not isinstance(manager, KVCacheManager):
         return lambda req, n, hit, blocks, busy: manager.allocate_slots(req, n, hit, blocks)
     paged = manager
+    ahead = config.num_lookahead_tokens if profile.admission_lookahead else 0
     if not profile.reserve_full_isl:
         return lambda req, n, hit, blocks, busy: paged.allocate_slots(
-            req, n, hit, blocks, has_scheduled_reqs=busy)
+            req, n, hit, blocks, num_lookahead_tokens=ahead, has_scheduled_reqs=busy)
     if profile.full_sequence_check == "can_fit_full_sequence":
         def can_fit_first(req: Request, n: int, hit: int, blocks: Any, busy: bool) -> Any:
             if not paged.can_fit_full_sequence(req, hit, blocks):
                 return None
-            return paged.allocate_slots(req, n, hit, blocks, has_scheduled_reqs=busy)
+            return paged.allocate_slots(req, n, hit, blocks, num_lookahead_tokens=ahead,
+                                        has_scheduled_reqs=busy)
         return can_fit_first
     return lambda req, n, hit, blocks, busy: paged.allocate_slots(
-        req, n, hit, blocks, full_sequence_must_fit=True, has_scheduled_reqs=busy)
+        req, n, hit, blocks, num_lookahead_tokens=ahead, full_sequence_must_fit=True,
+        has_scheduled_reqs=busy)

@@ -109,7 +109,8 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan | None:
         """Plan the next step at time ``now``; None when nothing can run."""
         state = self.state
-        plan = StepPlan(state.config.max_num_batched_tokens)
+        plan = StepPlan(state.config.max_num_batched_tokens,
+                        draft_slots=state.config.draft_slots)
         if state.record_log:
             plan.events = {}
         state.now = now

@@ -39,6 +39,14 @@ def lookahead_tokens(spec: SpecConfig | None, profile: VllmProfile) -> int:
     return 0
 
 
+def draft_slots(spec: SpecConfig | None, profile: VllmProfile) -> int:
+    """Input slots a scheduled request takes for drafting beyond its tokens (0.33's
+    ``max_num_new_slots_for_drafting``: one for a sequential draft model, else none)."""
+    if spec is None or spec.method != "draft_model" or not profile.draft_input_slots:
+        return 0
+    return 1
+
+
 def async_scheduling(options: Options, spec: SpecConfig | None, profile: VllmProfile) -> bool:
     """Whether the run schedules asynchronously (OptionError where vLLM refuses)."""
     method = spec.method if spec is not None else None
@@ -68,6 +76,7 @@ def scheduler_fields(options: Options) -> dict[str, Any]:
     return {"spec": spec, "acceptance": rates,
             "num_lookahead_tokens": lookahead_tokens(spec, profile),
             "use_eagle": spec is not None and spec.method == "eagle",
+            "draft_slots": draft_slots(spec, profile),
             "async_scheduling": async_scheduling(options, spec, profile),
             "async_skip_undelivered": profile.async_skip_undelivered_preempted}
 

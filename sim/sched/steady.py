@@ -226,7 +226,7 @@ class SteadySet:
                     self.wake(state.running[key])
         plan.num_steady = self.num_steady
         plan.steady_context = self.steady_base + self.num_steady * self.clock
-        plan.budget -= self.num_steady
+        plan.budget -= self.num_steady * (1 + plan.draft_slots)
 
     def counted(self, plan: StepPlan) -> None:
         """The planned sequences' new tokens join the active computed count (when they join

@@ -10,7 +10,12 @@ token counts, admissions, preemption victims, finishes and every running request
 the same way from vLLM 0.33.0 with ``--async`` and ``--spec 2`` (200 steps): blocks cached by
 a finishing request's last output (the 0.24+ free order shows them), ngram drafts with
 placeholder padding of new decodes (seed 0), and no drafts for a request whose recompute
-after preemption ends one token short (seed 3).
+after preemption ends one token short (seed 3). ``vllm_sched_0_33_eagle2*_seed3.json`` and
+``vllm_sched_0_33_draft2*_seed0.json`` were recorded from vLLM 0.33.0 with ``--spec 2
+--spec-method eagle`` / ``draft_model``, with and without ``--async``: lookahead slots from a
+request's first chunk (seed 3 has no prefix caching, whose 0.33 EAGLE hashes pagedsim does not
+model), a draft model's input slot per scheduled request, and placeholder padding beside
+in-flight decodes.
 No vLLM is needed here.
 """
 
@@ -76,7 +81,10 @@ def test_a_changed_record_is_a_divergence(harness: ModuleType, golden: dict[str,
 
 
 @pytest.mark.parametrize("name", ["vllm_sched_0_33_async_seed0", "vllm_sched_0_33_spec2_seed0",
-                                  "vllm_sched_0_33_spec2_seed3"])
+                                  "vllm_sched_0_33_spec2_seed3", "vllm_sched_0_33_eagle2_seed3",
+                                  "vllm_sched_0_33_eagle2_async_seed3",
+                                  "vllm_sched_0_33_draft2_seed0",
+                                  "vllm_sched_0_33_draft2_async_seed0"])
 def test_pagedsim_matches_vllm_0_33_async_and_spec(harness: ModuleType, name: str) -> None:
     golden = json.loads((GOLDEN / f"{name}.json").read_text())
     ours = harness.run_pagedsim(golden["stream"], "0.33")
