@@ -8,26 +8,23 @@
 ``prepare`` simulates each scenario (Llama-3-8B on one H200, open-loop Poisson arrivals, the
 default calibrated step model, paged manager) with the allocation log recorded, the CPU
 side of a step set to zero and the API path off, so that simulated and executed times both
-cover the GPU steps alone. The executor runs a sample of each schedule's steps (every shape class). ``compare``
-simulates each scenario again with step times taken from the executed steps (each step's
-prediction times its class's median measured / predicted ratio, benchmarks/e2e_measured.py:
-open loop, so the schedule follows the measured times, as a faster or slower engine's would)
-and prints mean TTFT, TPOT, ITL and E2E of both runs, their error (simulated / executed - 1)
-and the per-step error of the executed steps. This measures agreement with our own forward on
+cover the GPU steps alone. The executor runs a sample of each schedule's steps (every shape
+class). ``compare`` simulates each scenario again with step times taken from the executed
+steps (each step's prediction times its class's median measured / predicted ratio,
+benchmarks/e2e_measured.py: open loop, so the schedule follows the measured times, as a
+faster or slower engine's would) and prints mean TTFT, TPOT, ITL and E2E of both runs (vllm
+bench serve's definitions, sim/results/bench.py), their error (simulated / executed - 1) and
+the per-step error of the executed steps. This measures agreement with our own forward on
 our own kernels, not with vLLM.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +34,12 @@ from e2e_measured import MeasuredStep, class_ratios
 
 import traces
 from kernels.execute.run import step_key
+from kernels.validate.log import iter_objects
 from sim.cli import parse_options, resolve
 from sim.cost.step_base import StepModel
 from sim.engine import build_costs, replay
+from sim.results.bench import bench_metrics
+from sim.results.outputs import write_json
 from sim.workload.source import load_input
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,8 @@ SCENARIOS: dict[str, list[str]] = {
                       "--num-prompts", "24", "--request-rate", "8",
                       "--max-num-batched-tokens", "512"],
 }
-METRICS = ("ttft", "tpot", "itl", "e2e")
+METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
+"""Reported metric -> its vllm bench serve name (``mean_<name>_ms``)."""
 
 
 def prepare(out: Path) -> None:
@@ -69,42 +70,32 @@ def prepare(out: Path) -> None:
         print(f"{name}: {out / name}")
 
 
-def read_log(path: Path) -> tuple[dict[int, str | None], dict[str, int]]:
-    """Shape class of every logged step, by step index, and each request's first step."""
-    classes: dict[int, str | None] = {}
-    first: dict[str, int] = {}
-    with gzip.open(path, "rt") as fh:
-        for line in fh:
-            obj = json.loads(line)
-            if obj.get("kind") == "step":
-                step = int(obj["step"])
-                classes[step] = step_key(obj, str(path))
-                for seq in obj["seqs"]:
-                    first.setdefault(str(seq["request_id"]), step)
-    return classes, first
+def read_classes(path: Path) -> dict[int, str | None]:
+    """Shape class of every logged step of an allocation log, by step index."""
+    return {int(obj["step"]): step_key(obj, f"{path}:{line}")
+            for line, obj in iter_objects(path) if obj["kind"] == "step"}
 
 
-def _executed(path: Path) -> dict[int, float]:
+def _executed_steps(path: Path) -> list[dict[str, Any]]:
+    """The step lines of an executed-steps file (kernels/execute/output.py)."""
+    return [obj for obj in map(json.loads, path.read_text().splitlines())
+            if obj.get("kind") == "step"]
+
+
+def _measured(rows: list[dict[str, Any]]) -> dict[int, float]:
     """Measured GPU seconds per executed step: the graph time (else eager) plus moves."""
-    out: dict[int, float] = {}
-    for line in path.read_text().splitlines():
-        obj = json.loads(line)
-        if obj.get("kind") == "step":
-            gpu = obj.get("graph_s") or obj["eager_s"]
-            out[int(obj["step"])] = gpu + (obj.get("moves_s") or 0.0)
-    return out
+    return {int(obj["step"]): (obj.get("graph_s") or obj["eager_s"])
+            + (obj.get("moves_s") or 0.0) for obj in rows}
 
 
-def _repredicted(path: Path, step: StepModel, swap_of: dict[int, float]) -> dict[int, float]:
+def _repredicted(rows: list[dict[str, Any]], step: StepModel, swap_of: dict[int, float]
+                 ) -> dict[int, float]:
     """GPU seconds the current step model gives each executed step's batch (plus the
     simulated swap time): the ratios must divide by the model being checked, not by the one
     that priced the steps when the scenario was prepared."""
     out: dict[int, float] = {}
     cap = step.decode_context_cap
-    for line in path.read_text().splitlines():
-        obj = json.loads(line)
-        if obj.get("kind") != "step":
-            continue
+    for obj in rows:
         b = obj["batch"]
         decodes, ctx = int(b["num_decode"]), int(b["decode_context_sum"])
         if cap is not None and decodes:
@@ -114,34 +105,26 @@ def _repredicted(path: Path, step: StepModel, swap_of: dict[int, float]) -> dict
     return out
 
 
-def _latencies(requests: dict[str, list[Any]]) -> dict[str, float]:
-    """Mean TTFT, TPOT (requests with >= 2 outputs), ITL (token-weighted) and E2E, seconds."""
-    done = [i for i, status in enumerate(requests["status"]) if status == "finished"]
-    arrival, first, finish, outputs = (np.array([requests[k][i] for i in done]) for k in (
-        "arrival_s", "first_token_s", "finish_s", "output_tokens"))
-    many = outputs > 1
-    decode, gaps = finish[many] - first[many], outputs[many] - 1
-    return {"ttft": float(np.mean(first - arrival)),
-            "tpot": float(np.mean(decode / gaps)) if many.any() else 0.0,
-            "itl": float(decode.sum() / gaps.sum()) if many.any() else 0.0,
-            "e2e": float(np.mean(finish - arrival))}
+class Scenario:
+    """One scenario resolved once: its options, configuration, trace and costs."""
 
+    def __init__(self, name: str) -> None:
+        options = parse_options([*COMMON, *SCENARIOS[name]])
+        self.options = dataclasses.replace(options, record_allocation_log=False)
+        self.config = resolve(self.options)
+        self.trace, _ = load_input(self.config.workload, traces)
+        self.costs = build_costs(self.config)
 
-def _config(name: str) -> Any:
-    options = parse_options([*COMMON, *SCENARIOS[name]])
-    return resolve(dataclasses.replace(options, record_allocation_log=False))
-
-
-def simulate(name: str, wrap: Callable[[StepModel], StepModel] | None = None
-             ) -> dict[str, float]:
-    """Scenario ``name`` simulated in this process (its step model ``wrap``ped), without
-    the allocation log: mean latencies."""
-    config = _config(name)
-    trace, _ = load_input(config.workload, traces)
-    costs = build_costs(config)
-    if wrap is not None:
-        costs = costs._replace(step_model=wrap(costs.step_model))
-    return _latencies(replay("paged", config, trace, costs).log.request_columns())
+    def latencies(self, step_model: StepModel) -> dict[str, float]:
+        """Mean TTFT, TPOT, ITL and E2E (seconds, vllm bench serve's definitions:
+        sim/results/bench.py) of the scenario simulated in this process with
+        ``step_model``, without the allocation log."""
+        log = replay("paged", self.config, self.trace,
+                     self.costs._replace(step_model=step_model)).log
+        steps = log.step_columns()
+        ends = np.add(steps["time_s"], steps["duration_s"])
+        bench = bench_metrics(log.request_columns(), ends, self.options)
+        return {metric: bench[f"mean_{name}_ms"] / 1e3 for metric, name in METRICS.items()}
 
 
 def check(run: Path) -> dict[str, Any]:
@@ -149,25 +132,22 @@ def check(run: Path) -> dict[str, Any]:
     the executed steps' own errors."""
     steps = pd.read_parquet(run / "steps.parquet")
     swap_of = dict(zip(steps["step"].astype(int), steps["swap_s"].astype(float)))
-    classes, _ = read_log(run / "allocation_log.jsonl.gz")
-    measured = _executed(run / "executed_steps.jsonl")
-    step_model = build_costs(_config(run.name)).step_model
-    predicted = _repredicted(run / "executed_steps.jsonl", step_model, swap_of)
+    classes = read_classes(run / "allocation_log.jsonl.gz")
+    rows = _executed_steps(run / "executed_steps.jsonl")
+    measured = _measured(rows)
+    scenario = Scenario(run.name)
+    base = scenario.costs.step_model
+    predicted = _repredicted(rows, base, swap_of)
     ratios = class_ratios(predicted, measured, classes)
-    simulated = simulate(run.name)
-    models: list[MeasuredStep] = []
-
-    def measured_model(base: StepModel) -> StepModel:
-        models.append(MeasuredStep(base, ratios))
-        return models[-1]
-
-    executed = simulate(run.name, measured_model)
+    simulated = scenario.latencies(base)
+    measured_model = MeasuredStep(base, ratios)
+    executed = scenario.latencies(measured_model)
     metrics = {k: {"simulated": simulated[k], "executed": executed[k],
                    "error": simulated[k] / executed[k] - 1 if executed[k] else 0.0}
                for k in METRICS}
     errors = sorted(abs(predicted[s] / measured[s] - 1) for s in measured)
     return {"metrics": metrics, "num_steps": len(steps), "num_executed": len(measured),
-            "num_classes": len(ratios), "unmeasured_class_steps": models[-1].misses,
+            "num_classes": len(ratios), "unmeasured_class_steps": measured_model.misses,
             "step_error_median": statistics.median(errors),
             "step_error_p90": errors[min(len(errors) - 1, int(0.9 * len(errors)))]}
 
@@ -181,17 +161,10 @@ def report(results: dict[str, dict[str, Any]]) -> list[str]:
             lines.append(f"{name:<14} {metric:<5} {m['simulated'] * 1e3:>8.2f}ms "
                          f"{m['executed'] * 1e3:>8.2f}ms {m['error']:>+7.1%}")
         lines.append(f"{name:<14} steps {res['num_executed']} of {res['num_steps']} executed "
-                     f"({res['num_classes']} classes; {res['unmeasured_class_steps']} re-simulated steps "
-                     f"of other classes); per-step |error| median "
+                     f"({res['num_classes']} classes; {res['unmeasured_class_steps']} "
+                     "re-simulated steps of other classes); per-step |error| median "
                      f"{res['step_error_median']:.1%}, p90 {res['step_error_p90']:.1%}")
     return lines
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh, indent=1)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {run.name: check(run) for run in runs}
     print("\n".join(report(results)))
     if args.json:
-        _write_json(args.json, results)
+        write_json(args.json, results)
     return 0
 
 
