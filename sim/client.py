@@ -91,6 +91,6 @@ def limited_arrivals(env: simpy.Environment, workload: Workload, sched: Schedule
         if not path.on:
             enter(group)
             continue
-        last = max(env.now + path.inbound_s(group.prompt_len), last)
+        last = path.entry(env.now, group.prompt_len, last)
         env.timeout(last - env.now).callbacks.append(lambda _, g=group: enter(g))
     state.next_arrival = math.inf

@@ -48,6 +48,11 @@ class ApiPath:
         """From the send to the waiting queue, for a prompt of `prompt_tokens`."""
         return self.input_s + self.per_token_s * prompt_tokens
 
+    def entry(self, send: float, prompt_tokens: int, previous: float) -> float:
+        """When a request sent at `send` joins the waiting queue: after its inbound path,
+        and never before `previous`, the entry of the request sent before it."""
+        return max(send + self.inbound_s(prompt_tokens), previous)
+
     def describe(self) -> str:
         if not self.on:
             return "API path off"
@@ -88,6 +93,6 @@ def entry_times(sends: Sequence[float], prompts: Sequence[int], path: ApiPath) -
     out: list[float] = []
     last = float("-inf")
     for send, prompt in zip(sends, prompts):
-        last = max(send + path.inbound_s(prompt), last)
+        last = path.entry(send, prompt, last)
         out.append(last)
     return out
