@@ -30,20 +30,27 @@ def drafting(draft_time: DraftTime, plan: StepPlan) -> float:
     return draft_time(num, context)
 
 
+def _sleep_through(env: simpy.Environment, coaster: Coaster, now: float, end: float
+                   ) -> Generator[simpy.Event, Any, None]:
+    """One timeout to the end of the coasted steps, which must land on it exactly."""
+    yield env.timeout(end - now)
+    if env.now != end:
+        raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
+    coaster.after_coast()
+
+
 def coast_steps(env: simpy.Environment, coaster: Coaster, horizon: float,
-           model: StepModel) -> Generator[simpy.Event, Any, None]:
+                model: StepModel) -> Generator[simpy.Event, Any, None]:
     """The quiet steps before ``horizon`` (the next arrival), under one timeout."""
     now = env.now
     end = coaster.coast(now, horizon, model)
     if end is not None:
-        yield env.timeout(end - now)
-        if env.now != end:
-            raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
-        coaster.after_coast()
+        yield from _sleep_through(env, coaster, now, end)
 
 
-def coast_steps_ahead(env: simpy.Environment, sched: Scheduler, pending: StepPlan, horizon: float,
-                 model: StepModel) -> Generator[simpy.Event, Any, StepPlan]:
+def coast_steps_ahead(env: simpy.Environment, sched: Scheduler, pending: StepPlan,
+                      horizon: float, model: StepModel
+                      ) -> Generator[simpy.Event, Any, StepPlan]:
     """Async: the quiet steps from the one in flight on, before ``horizon``, under one
     timeout; returns the plan then in flight."""
     coaster = sched.coaster
@@ -54,10 +61,7 @@ def coast_steps_ahead(env: simpy.Environment, sched: Scheduler, pending: StepPla
     if coasted is None:
         return pending
     end, pending = coasted
-    yield env.timeout(end - now)
-    if env.now != end:
-        raise AssertionError(f"coasted to {env.now!r}, not {end!r}")
-    coaster.after_coast()
+    yield from _sleep_through(env, coaster, now, end)
     return pending
 
 
