@@ -20,27 +20,33 @@ import kernels.attention as attention_module
 import kernels.decode_attention as decode_module
 from kernels.decode_attention import paged_decode_attention
 from kernels.decode_config import DecodeConfig
-from kernels.layer_timing import AttentionTimer, host_us, median_us
+from kernels.layer_timing import AttentionTimer, graph_us, host_us, median_us
 from kernels.reference import Variant, ref_decode_attention, rel_error_per_seq_head
 
 FP8_SHAPES = ((64, 4096), (16, 16384))
 FP8_VARIANTS = {
-    "cast64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="cast"),
-    "asm64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="asm"),
     "asmv64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="asm_v"),
-    "asm128w4s2": DecodeConfig(block_n=128, num_warps=4, fp8_widen="asm"),
-    "tab64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm"),
-    "tab64w2s4": DecodeConfig(block_n=64, num_warps=2, num_stages=4, pipeline="table_asm"),
-    "tab128w4s3": DecodeConfig(block_n=128, num_warps=4, num_stages=3, pipeline="table_asm"),
-    "tab32w2s4": DecodeConfig(block_n=32, num_warps=2, num_stages=4, pipeline="table_asm"),
-    "pre64w4s1": DecodeConfig(block_n=64, num_warps=4, num_stages=1, pipeline="prefetch"),
-    "tabv64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm",
-                               fp8_widen="asm_v"),
-    "tabv64w2s4": DecodeConfig(block_n=64, num_warps=2, num_stages=4, pipeline="table_asm",
-                               fp8_widen="asm_v"),
-    "asmv128w4s2": DecodeConfig(block_n=128, num_warps=4, fp8_widen="asm_v"),
-    "asmv64w4s2": DecodeConfig(block_n=64, num_warps=4, fp8_widen="asm_v"),
-    "asmv64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="asm_v"),
+    "tab64w1s3": DecodeConfig(block_n=64, num_warps=1, num_stages=3, pipeline="table_asm"),
+    # K through two e4m3 dots (no widening of K), V by PTX
+    "dot64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm",
+                              fp8_widen="dot_k"),
+    "dot64w1s3": DecodeConfig(block_n=64, num_warps=1, num_stages=3, pipeline="table_asm",
+                              fp8_widen="dot_k"),
+    "dot64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="dot_k"),
+    "dot128w2s3": DecodeConfig(block_n=128, num_warps=2, num_stages=3, pipeline="table_asm",
+                               fp8_widen="dot_k"),
+    "dot64w4s3": DecodeConfig(block_n=64, num_warps=4, num_stages=3, pipeline="table_asm",
+                              fp8_widen="dot_k"),
+    "dot64w2s4": DecodeConfig(block_n=64, num_warps=2, num_stages=4, pipeline="table_asm",
+                              fp8_widen="dot_k"),
+}
+# Extends (16 new tokens a sequence): candidates beside the shipped extend configuration.
+EXTEND_VARIANTS = {
+    "64w4s2": DecodeConfig(block_n=64, num_warps=4, fused_reduce=False),
+    "tab64w4s4": DecodeConfig(block_n=64, num_warps=4, num_stages=4, fused_reduce=False,
+                              pipeline="table_asm"),
+    "tab64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, fused_reduce=False,
+                              pipeline="table_asm"),
 }
 # bf16 candidates, timed beside the shipped bf16 kernel in every A/B section
 BF16_VARIANTS = {
@@ -97,6 +103,28 @@ def fp8_ab(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
                **{f"{k}_err64": v for k, v in errs.items()}}
         rows.append(row)
         print(f"fp8_ab {row}", flush=True)
+    return rows
+
+
+def extend_ab(t16: AttentionTimer) -> list[dict]:
+    """Extends of 16 new tokens over 16,384 cached (1 and 16 sequences): the shipped
+    configuration and EXTEND_VARIANTS alternated with a decode reading the same KV, eager and
+    under CUDA graphs; `*_x` = that version's time / the decode's (the target is <= 1.2)."""
+    rows = []
+    for num_seqs in (1, 16):
+        new, prefix = [16] * num_seqs, [16384] * num_seqs
+        fns = {"decode": t16.decode_call([16384 + 16] * num_seqs),
+               "extend": t16.extend_call(new, prefix)}
+        fns.update({k: t16.extend_call(new, prefix, decode_config=c)
+                    for k, c in EXTEND_VARIANTS.items()})
+        times = alternate(fns, 5)
+        graphs = {k: graph_us(fn) for k, fn in fns.items()}
+        row = {"seqs": num_seqs, **{f"{k}_us": v for k, v in times.items()},
+               **{f"{k}_graph_us": v for k, v in graphs.items()},
+               **{f"{k}_x": times[k] / times["decode"] for k in fns if k != "decode"},
+               **{f"{k}_graph_x": graphs[k] / graphs["decode"] for k in fns if k != "decode"}}
+        rows.append(row)
+        print(f"extend_ab {row}", flush=True)
     return rows
 
 

@@ -28,8 +28,8 @@ def print_tables(r: dict) -> None:
     print(f"\n== {r['device']} | torch {r['torch']} | triton {r['triton']} | {r['date']}")
     if isinstance(r.get("copy"), dict) and "tbps" in r["copy"]:
         print(f"copy: {r['copy']['tbps']:.2f} TB/s (read + write of a 4 GiB copy)")
-    for name in ("decode", "ragged", "fp8", "fp8_ab", "host", "extend", "mixed", "prefill", "sdpa",
-                 "cache_ops"):
+    for name in ("decode", "ragged", "fp8", "fp8_ab", "host", "extend", "extend_ab", "mixed",
+                 "prefill", "sdpa", "cache_ops"):
         val = r.get(name)
         if val is None:
             continue
@@ -65,6 +65,11 @@ def _summary(r: dict) -> None:
         if isinstance(row, dict) and "bf16_us" in row:
             xs = " ".join(f"{k[:-2]}:{v:.2f}x" for k, v in row.items() if k.endswith("_x"))
             print(f"fp8 {row['batch']}x{row['ctx']}: bf16 {row['bf16_us']:.1f} us | {xs}")
+    for row in r.get("extend_ab") or []:
+        if isinstance(row, dict) and "decode_us" in row:
+            xs = " ".join(f"{k[:-8]}:{v:.2f}x" for k, v in row.items() if k.endswith("_graph_x"))
+            print(f"extend {row['seqs']} seqs: decode graph {row['decode_graph_us']:.1f} us |"
+                  f" graph {xs}")
     for row in r.get("ragged") or []:
         if isinstance(row, dict) and "new_us" in row:
             tb = " ".join(f"{k[:-5]}:{v:.3f}" for k, v in row.items() if k.endswith("_tbps")

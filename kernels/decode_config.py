@@ -24,8 +24,10 @@ RAGGED_PROGRAMS_PER_SM = 24
 MIN_TOKENS_PER_SPLIT = 256
 MAX_SPLITS = 64
 # How fp8 K/V tiles become fp16 (the kernel's FP8 constant; kernels/attention_core.py `_tile`):
-# Triton's cast for both, the packed PTX conversion (`fp8.widen_e4m3`) for V only, or for both.
-FP8_WIDEN = {"cast": 1, "asm_v": 2, "asm": 3}
+# Triton's cast for both, the packed PTX conversion (`fp8.widen_e4m3`) for V only, or for both;
+# "dot_k": V by PTX, K not widened at all (two e4m3 dots with bf16 q split in hi and lo parts;
+# split-K items only, query tiles then widen V by PTX).
+FP8_WIDEN = {"cast": 1, "asm_v": 2, "asm": 3, "dot_k": 4}
 PIPELINES = {"triton": 0, "table_asm": 1, "prefetch": 2}
 
 
@@ -43,8 +45,8 @@ class DecodeConfig:
     `fp8_widen` how fp8 tiles are widened to fp16 (FP8_WIDEN; the interpreter always casts);
     `pipeline` how the K/V loads overlap the arithmetic (PIPELINES; attention_core.py):
     "triton" Triton's own pipelining, "table_asm" the same with the block table read through
-    PTX (num_stages - 1 tiles in flight; experimental: its table loads are not masked, and one
-    H200 run faulted with it), "prefetch" by hand (num_stages = 1 leaves it alone).
+    PTX (num_stages - 1 tiles in flight; its table index is clamped to the row's valid
+    entries), "prefetch" by hand (num_stages = 1 leaves it alone).
     """
 
     block_n: int = 64
@@ -80,12 +82,16 @@ _WHOLE_CONFIGS = (
     DecodeConfig(block_n=32, num_warps=4, num_stages=2),
 )
 _FP32_CONFIG = DecodeConfig(block_n=16, num_warps=4, num_stages=2)
-_EXTEND_CONFIG = DecodeConfig(block_n=64, num_warps=4, num_stages=2, fused_reduce=False)
-# fp8: V widened by the packed PTX conversion, K by Triton's cast (2026-12-02 A/B on the H200,
-# 64 x 4096: 180 us; both widened by PTX 221; bf16 259). The table read through PTX with 3
-# stages measured 158 us, but one benchmark run hit an illegal memory access with it as the
-# default (its unmasked table loads can run ahead of the loop's end): not shipped.
-_FP8_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=2, fp8_widen="asm_v")
+# Extends: the table read through PTX with 3 stages (2026-12-02 A/B on the H200, 16 x (16 new
+# over 16,384) under CUDA graphs: 282 us, 1.08x the decode of the same KV; 2 stages 309 us).
+_EXTEND_CONFIG = DecodeConfig(block_n=64, num_warps=4, num_stages=3, fused_reduce=False,
+                              pipeline="table_asm")
+# fp8: V widened by the packed PTX conversion, K by Triton's cast, the table read through PTX
+# with 3 stages (2026-12-02 A/B on the H200, 64 x 4096: 159 us; 2 stages 180; bf16 263). The
+# PTX table load's index is clamped (attention_core.py `_kv_rows`): an earlier, unclamped
+# version read past a table's end once.
+_FP8_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="asm_v",
+                           pipeline="table_asm")
 
 
 def default_decode_config(head_size: int, dtype: torch.dtype, split: bool, *,
@@ -95,9 +101,10 @@ def default_decode_config(head_size: int, dtype: torch.dtype, split: bool, *,
     Measured on the H200 for Llama-3-8B shapes (benchmarks/RESULTS.md, 2026-12-01 sweeps):
     64-token tiles with 2 warps and 2 stages were the fastest or within 1% for uniform and
     ragged bf16 batches, split or not (32 x 4096: 142 us; 128-token tiles / 4 warps 148;
-    64 / 4 warps 184); fp8 caches the same (64 x 4096: 192 us; 128 / 4 warps 208). Items of
-    several query tokens (extends, 64+ rows) take 4 warps and the separate row-parallel merge
-    (1 x 16 over 16384: 112 us, fused 136; 8 warps 129). Head size 256 halves the tile; fp32
+    64 / 4 warps 184); fp8 caches 3 stages with the table read through PTX (64 x 4096: 159
+    us; 2 stages 180). Items of several query tokens (extends, 64+ rows) take 4 warps, the
+    separate row-parallel merge and the PTX table with 3 stages (16 x 16 over 16384: 282 us
+    under graphs; 2 stages 309; fused merge slower). Head size 256 halves the tile; fp32
     runs IEEE dots on the FMA units, which spill registers beyond 16-token tiles.
     """
     if dtype == torch.float32:
