@@ -27,18 +27,6 @@ FP8_SHAPES = ((64, 4096), (16, 16384))
 FP8_VARIANTS = {
     "asmv64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="asm_v"),
     "tab64w1s3": DecodeConfig(block_n=64, num_warps=1, num_stages=3, pipeline="table_asm"),
-    # K through two e4m3 dots (no widening of K), V by PTX
-    "dot64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm",
-                              fp8_widen="dot_k"),
-    "dot64w1s3": DecodeConfig(block_n=64, num_warps=1, num_stages=3, pipeline="table_asm",
-                              fp8_widen="dot_k"),
-    "dot64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="dot_k"),
-    "dot128w2s3": DecodeConfig(block_n=128, num_warps=2, num_stages=3, pipeline="table_asm",
-                               fp8_widen="dot_k"),
-    "dot64w4s3": DecodeConfig(block_n=64, num_warps=4, num_stages=3, pipeline="table_asm",
-                              fp8_widen="dot_k"),
-    "dot64w2s4": DecodeConfig(block_n=64, num_warps=2, num_stages=4, pipeline="table_asm",
-                              fp8_widen="dot_k"),
 }
 # Extends (16 new tokens a sequence): candidates beside the shipped extend configuration.
 EXTEND_VARIANTS = {

@@ -35,29 +35,16 @@ def key_lo(pos, window, chunk, USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr
 
 
 @triton.jit
-def load_query(q, UPCAST: tl.constexpr, Q16: tl.constexpr, Q8: tl.constexpr = False):
-    """Queries as the dots take them, a low part (Q8 only, else q again) and the factor the
-    scores must be multiplied by.
+def load_query(q, UPCAST: tl.constexpr, Q16: tl.constexpr):
+    """Queries as the dots take them, and the factor the scores must be multiplied by.
 
     Q16 (fp8 caches): fp16 times 2^-s, s >= 0 the least keeping max|q| below 2^15, so the fp8
     keys and values widen to fp16 in one instruction (e4m3 is a subset of fp16; to bf16 takes
-    three) and the dots run in fp16; 2^s comes back into the scores. Q8 (bf16 q, fp8 keys
-    taken as they are): q times 2^-s, s putting max|q| in [128, 256), as hi + lo / 16 with hi
-    and lo in e4m3: hi is q rounded to e4m3's 4 significant bits, lo the rest (at most 4 bits
-    of a bf16 value), so the pair is q exactly down to 2^-13 of max|q|, and the two e4m3 dots
-    need no widening of the keys. UPCAST (bf16 under the interpreter): fp32.
+    three) and the dots run in fp16; 2^s comes back into the scores. UPCAST (bf16 under the
+    interpreter): fp32.
     """
     gain = 1.0
-    lo = q
-    if Q8:
-        amax = tl.max(tl.max(tl.abs(q.to(tl.float32)), 1), 0)
-        e = tl.maximum(((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -110)
-        down = ((134 - e) << 23).to(tl.float32, bitcast=True)
-        gain = ((120 + e) << 23).to(tl.float32, bitcast=True)
-        qs = q.to(tl.float32) * down
-        q = qs.to(tl.float8e4nv)
-        lo = ((qs - q.to(tl.float32)) * 16.0).to(tl.float8e4nv)
-    elif Q16:
+    if Q16:
         amax = tl.max(tl.max(tl.abs(q.to(tl.float32)), 1), 0)
         s = tl.maximum(((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 141, 0)
         down = ((127 - s) << 23).to(tl.float32, bitcast=True)
@@ -65,7 +52,7 @@ def load_query(q, UPCAST: tl.constexpr, Q16: tl.constexpr, Q8: tl.constexpr = Fa
         q = (q.to(tl.float32) * down).to(tl.float16)
     elif UPCAST:
         q = q.to(tl.float32)
-    return q, lo, gain
+    return q, gain
 
 
 @triton.jit
@@ -104,22 +91,17 @@ def _kv_rows(table_row, offs_n, stride_cb, stride_ct, BLOCK_SIZE: tl.constexpr,
 
 
 @triton.jit
-def _scores(m_i, l_i, q, q_lo, k, offs_n, hi, q_pos, row_lo, scale_log2, cap_in, cap_out,
+def _scores(m_i, l_i, q, k, offs_n, hi, q_pos, row_lo, scale_log2, cap_in, cap_out,
             MASK_KEYS: tl.constexpr, MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr,
             DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr):
     """Probabilities of one tile of keys `k` (cache dtype) and the running max, sum and the
     accumulator's rescaling. WIDEN (fp8 caches): 1 widens K and V by Triton's cast, 2 V by
-    `widen_e4m3`'s PTX, 3 K and V, 4 V by PTX while K enters two e4m3 dots with q's hi and lo
-    parts (`load_query`'s Q8)."""
-    if WIDEN == 4:
-        s = tl.dot(q_lo, tl.trans(k)) * 0.0625
-        s = tl.dot(q, tl.trans(k), s)  # [BLOCK_M, BLOCK_N]
+    `widen_e4m3`'s PTX, 3 K and V."""
+    if WIDEN >= 3:
+        k = widen_e4m3(k, True)
     else:
-        if WIDEN == 3:
-            k = widen_e4m3(k, True)
-        else:
-            k = k.to(q.dtype)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, BLOCK_N]
+        k = k.to(q.dtype)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, BLOCK_N]
     if SOFT_CAP:  # else the scale is applied after the row maximum, in one FMA with exp2's
         s = softcap_log2(s, cap_in, cap_out)  # argument (max(s) * c = max(s * c) for c > 0)
     if MASK_ROWS:
@@ -158,7 +140,7 @@ def _values(acc, p, alpha, v, q, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr,
 
 
 @triton.jit
-def _tile(acc, m_i, l_i, q, q_lo, start, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
+def _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
           scale_log2, cap_in, cap_out, stride_cb, stride_ct,
           BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr,
           MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
@@ -173,7 +155,7 @@ def _tile(acc, m_i, l_i, q, q_lo, start, hi, q_pos, row_lo, k_head, v_head, tabl
         k = tl.load(k_head + rows + offs_d[None, :], mask=n_mask, other=0.0)
     else:
         k = tl.load(k_head + rows + offs_d[None, :])
-    p, alpha, m_i, l_i = _scores(m_i, l_i, q, q_lo, k, offs_n, hi, q_pos, row_lo, scale_log2,
+    p, alpha, m_i, l_i = _scores(m_i, l_i, q, k, offs_n, hi, q_pos, row_lo, scale_log2,
                                  cap_in, cap_out, MASK_KEYS, MASK_ROWS, SOFT_CAP,
                                  DOT_PRECISION, WIDEN)
     if MASK_KEYS:
@@ -184,7 +166,7 @@ def _tile(acc, m_i, l_i, q, q_lo, start, hi, q_pos, row_lo, k_head, v_head, tabl
 
 
 @triton.jit
-def _attend_prefetch(acc, m_i, l_i, q, q_lo, lo, hi, k_head, v_head, table_row, offs_d, scale_log2,
+def _attend_prefetch(acc, m_i, l_i, q, lo, hi, k_head, v_head, table_row, offs_d, scale_log2,
                      cap_in, cap_out, stride_cb, stride_ct, BLOCK_SIZE: tl.constexpr,
                      BLOCK_N: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
                      SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr):
@@ -206,7 +188,7 @@ def _attend_prefetch(acc, m_i, l_i, q, q_lo, lo, hi, k_head, v_head, table_row, 
             v_next = tl.load(v_head + rows + offs_d[None, :], mask=more)
             rows = _kv_rows(table_row, tl.minimum(start + 2 * BLOCK_N, last) + offs_t,
                             stride_cb, stride_ct, BLOCK_SIZE, False, hi)
-            p, alpha, m_i, l_i = _scores(m_i, l_i, q, q_lo, k, start + offs_t, hi, offs_t, offs_t,
+            p, alpha, m_i, l_i = _scores(m_i, l_i, q, k, start + offs_t, hi, offs_t, offs_t,
                                          scale_log2, cap_in, cap_out, False, False, SOFT_CAP,
                                          DOT_PRECISION, WIDEN)
             acc = _values(acc, p, alpha, v, q, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN)
@@ -215,14 +197,14 @@ def _attend_prefetch(acc, m_i, l_i, q, q_lo, lo, hi, k_head, v_head, table_row, 
 
 
 @triton.jit
-def _attend_range(acc, m_i, l_i, q, q_lo, lo, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
+def _attend_range(acc, m_i, l_i, q, lo, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
                   scale_log2, cap_in, cap_out, stride_cb, stride_ct,
                   BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr,
                   MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
                   SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr,
                   TABLE_ASM: tl.constexpr = False):
     for start in range(lo, hi, BLOCK_N):
-        acc, m_i, l_i = _tile(acc, m_i, l_i, q, q_lo, start, hi, q_pos, row_lo, k_head, v_head,
+        acc, m_i, l_i = _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head,
                               table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
                               stride_ct, BLOCK_SIZE, BLOCK_N, MASK_KEYS, MASK_ROWS, SOFT_CAP,
                               UPCAST, SPLIT_P, DOT_PRECISION, WIDEN, TABLE_ASM)
@@ -230,7 +212,7 @@ def _attend_range(acc, m_i, l_i, q, q_lo, lo, hi, q_pos, row_lo, k_head, v_head,
 
 
 @triton.jit
-def attend(acc, m_i, l_i, q, q_lo, lo, hi, full_lo, full_hi, q_pos, row_lo, k_head, v_head,
+def attend(acc, m_i, l_i, q, lo, hi, full_lo, full_hi, q_pos, row_lo, k_head, v_head,
            table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb, stride_ct,
            BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_ROWS: tl.constexpr,
            SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr,
@@ -243,7 +225,7 @@ def attend(acc, m_i, l_i, q, q_lo, lo, hi, full_lo, full_hi, q_pos, row_lo, k_he
     """
     if MASK_ROWS:
         a = tl.minimum(tl.maximum(full_lo, lo), hi)
-        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, q_lo, lo, a, q_pos, row_lo, k_head, v_head,
+        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, lo, a, q_pos, row_lo, k_head, v_head,
                                       table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
                                       stride_ct, BLOCK_SIZE, BLOCK_N, True, True, SOFT_CAP,
                                       UPCAST, SPLIT_P, DOT_PRECISION, WIDEN)
@@ -252,16 +234,16 @@ def attend(acc, m_i, l_i, q, q_lo, lo, hi, full_lo, full_hi, q_pos, row_lo, k_he
         a = lo
         b = lo + (hi - lo) // BLOCK_N * BLOCK_N
     if PIPE == 2:
-        acc, m_i, l_i = _attend_prefetch(acc, m_i, l_i, q, q_lo, a, b, k_head, v_head, table_row,
+        acc, m_i, l_i = _attend_prefetch(acc, m_i, l_i, q, a, b, k_head, v_head, table_row,
                                          offs_d, scale_log2, cap_in, cap_out, stride_cb,
                                          stride_ct, BLOCK_SIZE, BLOCK_N, SOFT_CAP, UPCAST,
                                          SPLIT_P, DOT_PRECISION, WIDEN)
     else:
-        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, q_lo, a, b, q_pos, row_lo, k_head, v_head,
+        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, a, b, q_pos, row_lo, k_head, v_head,
                                       table_row, offs_d, scale_log2, cap_in, cap_out,
                                       stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, False, False,
                                       SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN, PIPE == 1)
-    acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, q_lo, b, hi, q_pos, row_lo, k_head, v_head,
+    acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, b, hi, q_pos, row_lo, k_head, v_head,
                                   table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
                                   stride_ct, BLOCK_SIZE, BLOCK_N, True, MASK_ROWS, SOFT_CAP,
                                   UPCAST, SPLIT_P, DOT_PRECISION, WIDEN)

@@ -73,12 +73,12 @@ def _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v
         q_rows = (q_start + tok).to(tl.int64)
         q = tl.load(q_ptr + q_rows[:, None] * stride_qt + heads[:, None] * stride_qh
                     + offs_d[None, :], mask=r_ok[:, None], other=0.0)  # [BLOCK_M, HEAD_SIZE]
-        q, q_lo, q_gain = load_query(q, UPCAST, FP8 % 4 > 0, FP8 == 4)
+        q, q_gain = load_query(q, UPCAST, FP8 > 0)
         q_pos = ctx - n_new + tok
         row_lo = key_lo(q_pos, window, chunk_size, USE_WINDOW, USE_CHUNK)
         full_lo = key_lo(ctx - 1, window, chunk_size, USE_WINDOW, USE_CHUNK)
         m_i, l_i, acc = _init_rows(BLOCK_M, HEAD_SIZE)
-        acc, m_i, l_i = attend(acc, m_i, l_i, q, q_lo, lo, hi, full_lo, ctx - n_new + 1, q_pos,
+        acc, m_i, l_i = attend(acc, m_i, l_i, q, lo, hi, full_lo, ctx - n_new + 1, q_pos,
                                row_lo, k_ptr + kv_head * HEAD_SIZE, v_ptr + kv_head * HEAD_SIZE,
                                tables_ptr + seq.to(tl.int64) * stride_bt, offs_d,
                                scale_log2 * q_gain, cap_in * q_gain, cap_out, stride_cb, stride_ct,
@@ -135,13 +135,13 @@ def _large_program(pid, out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, star
         q_rows = (q_start + offs_m).to(tl.int64)
         q = tl.load(q_ptr + q_rows[:, None] * stride_qt + q_head * stride_qh + offs_d[None, :],
                     mask=m_mask[:, None], other=0.0)  # [BLOCK_M, HEAD_SIZE]
-        q, q_lo, q_gain = load_query(q, UPCAST, FP8 > 0)
+        q, q_gain = load_query(q, UPCAST, FP8 > 0)
         first_pos = ctx - n_new + m_block * BLOCK_M
         last_pos = ctx - n_new + tl.minimum((m_block + 1) * BLOCK_M, n_new) - 1
         q_pos = ctx - n_new + offs_m
         row_lo = key_lo(q_pos, window, chunk_size, USE_WINDOW, USE_CHUNK)
         m_i, l_i, acc = _init_rows(BLOCK_M, HEAD_SIZE)
-        acc, m_i, l_i = attend(acc, m_i, l_i, q, q_lo,
+        acc, m_i, l_i = attend(acc, m_i, l_i, q,
                                key_lo(first_pos, window, chunk_size, USE_WINDOW, USE_CHUNK),
                                last_pos + 1,
                                key_lo(last_pos, window, chunk_size, USE_WINDOW, USE_CHUNK),
@@ -150,7 +150,7 @@ def _large_program(pid, out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, star
                                tables_ptr + seq.to(tl.int64) * stride_bt, offs_d,
                                scale_log2 * q_gain, cap_in * q_gain, cap_out, stride_cb, stride_ct,
                                BLOCK_SIZE, BLOCK_N, True, SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION,
-                               FP8 - 2 * (FP8 == 4), False)
+                               FP8, False)
         sink = _row_sinks(sinks_ptr, q_head + offs_m * 0, m_mask, HAS_SINK)
         out = finish(acc, m_i, l_i, sink, v_scale, HAS_SINK)
         if ROUND_OUT:

@@ -93,13 +93,6 @@ def _seq_tile(num_seqs: int, interpret: bool) -> int:
     return 256 if num_seqs <= 256 else 1024
 
 
-def _widen(cfg: DecodeConfig, dtype: torch.dtype) -> int:
-    """The kernel's FP8 constant: "dot_k" splits q into two e4m3 parts, exact for bf16's 8
-    significant bits only, so other query dtypes widen V by PTX instead."""
-    mode = FP8_WIDEN[cfg.fp8_widen]
-    return 2 if mode == FP8_WIDEN["dot_k"] and dtype != torch.bfloat16 else mode
-
-
 def _small_part(sh: Shape) -> tuple[dict[str, Any], tuple[int, ...], int]:
     """Constants, split-rule scalars and item count of the split-K programs."""
     qt = int(triton.next_power_of_2(max(1, sh.small_len)))
@@ -124,7 +117,7 @@ def _small_part(sh: Shape) -> tuple[dict[str, Any], tuple[int, ...], int]:
               "BLOCK_S": merge_block(rp, sh.head_size, 512 * cfg.num_warps),
               "FUSED": cfg.fused_reduce, "SPLIT_P": use_split_p, "num_warps": cfg.num_warps,
               "num_stages": cfg.num_stages,
-              "FP8": 0 if not fp8 else 1 if sh.interpret else _widen(cfg, sh.dtype),
+              "FP8": 0 if not fp8 else 1 if sh.interpret else FP8_WIDEN[cfg.fp8_widen],
               "PIPE": 0 if sh.interpret and cfg.pipeline == "table_asm"
               else PIPELINES[cfg.pipeline]}
     return consts, (target, target_ragged, least, sh.forced), items

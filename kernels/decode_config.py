@@ -24,10 +24,8 @@ RAGGED_PROGRAMS_PER_SM = 24
 MIN_TOKENS_PER_SPLIT = 256
 MAX_SPLITS = 64
 # How fp8 K/V tiles become fp16 (the kernel's FP8 constant; kernels/attention_core.py `_tile`):
-# Triton's cast for both, the packed PTX conversion (`fp8.widen_e4m3`) for V only, or for both;
-# "dot_k": V by PTX, K not widened at all (two e4m3 dots with bf16 q split in hi and lo parts;
-# split-K items only, query tiles then widen V by PTX).
-FP8_WIDEN = {"cast": 1, "asm_v": 2, "asm": 3, "dot_k": 4}
+# Triton's cast for both, the packed PTX conversion (`fp8.widen_e4m3`) for V only, or for both.
+FP8_WIDEN = {"cast": 1, "asm_v": 2, "asm": 3}
 PIPELINES = {"triton": 0, "table_asm": 1, "prefetch": 2}
 
 
