@@ -60,6 +60,16 @@ GRIDS: dict[str, list[Point]] = {
     "prefill": _grid([], [], [16, 96, 256, 384, 768, 1024, 2048, 3072], [0, 1024, 8192],
                      [(b, c, n) for b in (2, 16, 128) for c in (512, 4096)
                       for n in (32, 256, 2048)], 1 << 20),
+    # Prefill and mixed steps on both sides of the grouped GEMM's tile switch (torch picks
+    # 64 x 128 tiles while the rows per expert average <= 128, else 128 x 256): 512 tokens for
+    # Mixtral's top-2 of 8 experts, 2,048 for Qwen3-30B-A3B's top-8 of 128.
+    "moe_edge": _grid([], [], [448, 480, 496, 512, 528, 576, 640, 896, 1280, 1792, 2048, 2304],
+                      [0, 2048], [(16, 2048, 496), (64, 1024, 448), (8, 1024, 1792),
+                                  (32, 2048, 2048)], 1 << 20),
+    # Chunked prefill beside decodes: the chunk over a cached prefix (the second and later
+    # chunks of a long prompt), as a max_num_batched_tokens budget cuts them.
+    "chunked": [(b, c, n - b, p) for b in (1, 4, 16, 32) for c in (1024, 2048)
+                for n in (256, 512) for p in (512, 1536)],
     "smoke": _grid([1, 8, 64, 256], [512, 4096], [512, 2048], [0, 4096], [(16, 1024, 512)],
                    1 << 19),
     "tiny": _grid([1, 3], [5], [6], [0, 7], [(2, 9, 5)], 1 << 10),
