@@ -4,7 +4,8 @@ The allocation log's header `model` section must carry the whole architecture (b
 kernels/ needs nothing from sim/. `Architecture.from_header` reads it and names any missing or
 mistyped field; `Architecture.from_hf_config` maps Hugging Face `config.json` keys for the
 families the executor knows (Llama, Mistral, Qwen2/2.5, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE).
-Dtypes are torch names (`bfloat16`, `float16`, `float32`).
+Dtypes are torch names (`bfloat16`, `float16`, `float32`); the KV cache's is the model's or
+`fp8_e4m3` (vLLM's `fp8` / `fp8_e4m3`: kernels/fp8.py), never another 16-bit dtype.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kernels.execute.hf_config import hf_fields
-from kernels.validate.log import DTYPES, LogError
+from kernels.validate.log import DTYPES, FP8_NAMES, LogError
+
+FP8_KV = "fp8_e4m3"
 
 # Fields every header's `model` section needs beyond the validator's (name, layers, heads,
 # head_dim, dtype, kv_cache_dtype, sliding_window), then those a MoE model needs too.
@@ -76,6 +79,15 @@ class Architecture:
                              f"[1, num_experts={self.num_experts}]")
         if self.moe and self.moe_intermediate_size < 1:
             raise ValueError(f"model {self.name}: moe_intermediate_size must be >= 1")
+        if self.kv_cache_dtype not in (self.dtype, FP8_KV):
+            raise ValueError(f"model {self.name}: kv_cache_dtype {self.kv_cache_dtype} differs "
+                             f"from dtype {self.dtype}; the paged kernels take the model dtype "
+                             "or fp8 (e4m3)")
+
+    @property
+    def fp8_kv(self) -> bool:
+        """Whether the KV cache is fp8 e4m3 (quantised on write, per-tensor K and V scales)."""
+        return self.kv_cache_dtype == FP8_KV
 
     @property
     def moe(self) -> bool:
@@ -99,8 +111,7 @@ class Architecture:
             need.update(MOE_FIELDS)
         values = {key: _get(model, key, kind, where) for key, kind in need.items()}
         dtype = _dtype(values.pop("dtype"), "model.dtype", where)
-        kv = model.get("kv_cache_dtype") or "auto"
-        kv_dtype = dtype if kv == "auto" else _dtype(kv, "model.kv_cache_dtype", where)
+        kv_dtype = kv_cache_dtype(model.get("kv_cache_dtype"), dtype, where)
         window = model.get("sliding_window")
         if window is not None and (not isinstance(window, int) or window < 1):
             raise LogError(f"{where}: field 'model.sliding_window' must be null or >= 1")
@@ -135,9 +146,27 @@ def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     return value
 
 
+def kv_cache_dtype(value: Any, dtype: str, where: str) -> str:
+    """The cache dtype of a header's `model.kv_cache_dtype` (or a `--kv-cache-dtype`): `dtype`
+    for auto or null, `fp8_e4m3` for fp8 / fp8_e4m3; e5m2 is refused (the kernels take e4m3).
+
+    Raises:
+        LogError: an unknown or unsupported name, naming `model.kv_cache_dtype`.
+    """
+    name = str(value or "auto").lower()
+    if name == "auto":
+        return dtype
+    if name in FP8_NAMES:
+        return FP8_KV
+    if name.startswith("fp8"):
+        raise LogError(f"{where}: field 'model.kv_cache_dtype' = {value!r}: the kernels take "
+                       "fp8 e4m3 caches only (fp8 or fp8_e4m3), not e5m2")
+    return _dtype(value, "model.kv_cache_dtype", where)
+
+
 def _dtype(value: Any, field: str, where: str) -> str:
     name = DTYPES.get(str(value).lower())
     if name is None:
         raise LogError(f"{where}: field '{field}' = {value!r}: the executor supports "
-                       "fp16, bf16 and fp32")
+                       "fp16, bf16 and fp32" + (" (and fp8 caches)" if "kv" in field else ""))
     return name

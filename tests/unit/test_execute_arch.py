@@ -29,6 +29,14 @@ def test_header_fields_are_read() -> None:
     assert Architecture.from_header(_model(rope_theta=None), "f:1").rope_theta is None
 
 
+@pytest.mark.parametrize("name", ["fp8", "fp8_e4m3", "FP8"])
+def test_fp8_cache_read(name: str) -> None:
+    """vLLM's fp8 names mean an e4m3 cache beside bf16 weights; auto is the weights' dtype."""
+    a = Architecture.from_header(_model(kv_cache_dtype=name), "f:1")
+    assert (a.dtype, a.kv_cache_dtype, a.fp8_kv) == ("bfloat16", "fp8_e4m3", True)
+    assert not Architecture.from_header(_model(), "f:1").fp8_kv
+
+
 @pytest.mark.parametrize("field", sorted(HEADER_FIELDS))
 def test_missing_field_is_named(field: str) -> None:
     """Each architecture field is required; the error names file, line and field."""
@@ -60,7 +68,11 @@ def test_inconsistent_values_are_log_errors() -> None:
     with pytest.raises(LogError, match="num_experts_per_tok"):
         Architecture.from_header(_model(**{**MOE, "num_experts_per_tok": 9}), "f:1")
     with pytest.raises(LogError, match="model.kv_cache_dtype"):
-        Architecture.from_header(_model(kv_cache_dtype="fp8"), "f:1")
+        Architecture.from_header(_model(kv_cache_dtype="int8"), "f:1")
+    with pytest.raises(LogError, match="f:1: .*model.kv_cache_dtype.*e4m3.*not e5m2"):
+        Architecture.from_header(_model(kv_cache_dtype="fp8_e5m2"), "f:1")
+    with pytest.raises(LogError, match="kv_cache_dtype float16 differs from dtype bfloat16"):
+        Architecture.from_header(_model(kv_cache_dtype="fp16"), "f:1")
     with pytest.raises(LogError, match="sliding_window"):
         Architecture.from_header(_model(sliding_window=0), "f:1")
 
