@@ -110,7 +110,7 @@ class Architecture:
         if isinstance(model, dict) and _get(model, "num_experts", int, where) > 0:
             need.update(MOE_FIELDS)
         values = {key: _get(model, key, kind, where) for key, kind in need.items()}
-        dtype = _dtype(values.pop("dtype"), "model.dtype", where)
+        dtype = _dtype(values.pop("dtype"), "field 'model.dtype'", where)
         kv_dtype = kv_cache_dtype(model.get("kv_cache_dtype"), dtype, where)
         window = model.get("sliding_window")
         if window is not None and (not isinstance(window, int) or window < 1):
@@ -146,12 +146,13 @@ def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     return value
 
 
-def kv_cache_dtype(value: Any, dtype: str, where: str) -> str:
+def kv_cache_dtype(value: Any, dtype: str, where: str,
+                   what: str = "field 'model.kv_cache_dtype'") -> str:
     """The cache dtype of a header's `model.kv_cache_dtype` (or a `--kv-cache-dtype`): `dtype`
     for auto or null, `fp8_e4m3` for fp8 / fp8_e4m3; e5m2 is refused (the kernels take e4m3).
 
     Raises:
-        LogError: an unknown or unsupported name, naming `model.kv_cache_dtype`.
+        LogError: an unknown or unsupported name, naming `where` and `what`.
     """
     name = str(value or "auto").lower()
     if name == "auto":
@@ -159,14 +160,14 @@ def kv_cache_dtype(value: Any, dtype: str, where: str) -> str:
     if name in FP8_NAMES:
         return FP8_KV
     if name.startswith("fp8"):
-        raise LogError(f"{where}: field 'model.kv_cache_dtype' = {value!r}: the kernels take "
-                       "fp8 e4m3 caches only (fp8 or fp8_e4m3), not e5m2")
-    return _dtype(value, "model.kv_cache_dtype", where)
+        raise LogError(f"{where}: {what} = {value!r}: the kernels take fp8 e4m3 caches only "
+                       "(fp8 or fp8_e4m3), not e5m2")
+    return _dtype(value, what, where, " (and fp8 caches)")
 
 
-def _dtype(value: Any, field: str, where: str) -> str:
+def _dtype(value: Any, what: str, where: str, more: str = "") -> str:
     name = DTYPES.get(str(value).lower())
     if name is None:
-        raise LogError(f"{where}: field '{field}' = {value!r}: the executor supports "
-                       "fp16, bf16 and fp32" + (" (and fp8 caches)" if "kv" in field else ""))
+        raise LogError(f"{where}: {what} = {value!r}: the executor supports fp16, bf16 and "
+                       f"fp32{more}")
     return name
