@@ -4,9 +4,13 @@
 #
 #   bash benchmarks/timing_gpu_run.sh OUT_DIR [MODEL...]
 #
-# Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), SUFFIX (of the artefacts'
-# names), TESTS_S (60), EXEC_LOGS
-# (allocation logs to execute, sampled: EXEC_STEPS steps, EXEC_S seconds each).
+# Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), KV (the KV cache dtype:
+# auto, or fp8 for e4m3 caches; a KV other than auto joins the artefacts' names, as
+# h200_llama-3-8b_fp8.json), SUFFIX (of the artefacts' names, after KV), TESTS_S (60),
+# EXEC_LOGS (allocation logs to execute, sampled: EXEC_STEPS steps, EXEC_S seconds each).
+#
+#   KV=fp8 BUDGET_S=25 bash benchmarks/timing_gpu_run.sh OUT Llama-3-8B
+#   KV=fp8 GRID=prefill SUFFIX=_prefill BUDGET_S=25 bash benchmarks/timing_gpu_run.sh OUT Llama-3-8B
 set -o pipefail
 out=${1:?usage: timing_gpu_run.sh OUT_DIR [MODEL...]}
 shift
@@ -17,6 +21,8 @@ mkdir -p "$out"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 start=$(date +%s)
 budget=${BUDGET_S:-25}
+kv=${KV:-auto}
+kv_name=$([ "$kv" = auto ] || echo "_$kv")
 {
     date -u +%Y-%m-%dT%H:%M:%SZ
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -28,7 +34,8 @@ for m in "${models[@]}"; do
     name=$(echo "$m" | tr 'A-Z.' 'a-z_' | tr -cd 'a-z0-9_-')
     echo "== $m ($(($(date +%s) - start)) s)" >> "$out/log.txt"
     timeout $((budget + 40)) python benchmarks/calibrate.py --model "$m" --grid "${GRID:-fit}" \
-        --time-budget "$budget" --out "$out/h200_$name${SUFFIX:-}.json" >> "$out/log.txt" 2>&1
+        --kv-cache-dtype "$kv" --time-budget "$budget" \
+        --out "$out/h200_$name$kv_name${SUFFIX:-}.json" >> "$out/log.txt" 2>&1
     echo "[exit $?]" >> "$out/log.txt"
 done
 for log in ${EXEC_LOGS:-}; do
