@@ -1,15 +1,11 @@
 """The model an executed step runs on: random weights at the real shapes, and the paged KV cache.
 
-Weights are drawn once (normal, std 0.02; norm weights 1) for ONE decoder layer, which every
-layer then uses: all layers have equal shapes, and a layer's weights (hundreds of MB for a 7B
-model) are far larger than the GPU's L2 (60 MB on the H200), so each layer still streams its
-weights from HBM as a real model does. Embedding and LM head are separate `[vocab, hidden]`
-tensors. The KV cache holds every layer at the logged pool size, `[layers, 2, num_blocks,
-block_size, kv_heads, head_dim]`, filled with random values, when it fits beside the weights
-and a reserve for activations; otherwise only `kv_layers` layers are allocated and layer l uses
-cache `l % kv_layers` (reported). A host cache for swaps is allocated the same way (zeros).
-An fp8 cache (`kv_cache_dtype` fp8_e4m3) is `float8_e4m3fn`, one byte per value, filled with
-random values quantised by its per-tensor K and V scales (kernels/fp8.py).
+Weights (normal, std 0.02; norms 1) are drawn for ONE decoder layer, which every layer uses:
+the shapes are equal and a layer's weights far exceed the GPU's L2, so each layer still streams
+them from HBM. The KV cache, `[layers, 2, num_blocks, block_size, kv_heads, head_dim]` at the
+logged pool size, is random; when it does not fit beside the weights and a reserve, `kv_layers`
+layers are allocated and layer l uses cache `l % kv_layers`. A host cache (zeros) serves swaps.
+An fp8 cache is `float8_e4m3fn`, filled quantised by its K and V scales (kernels/fp8.py).
 """
 
 from __future__ import annotations
@@ -46,6 +42,7 @@ class LayerWeights:
     experts_down: torch.Tensor | None = None  # [E, h, Ie]
     shared_up: torch.Tensor | None = None  # [2Is, h]
     shared_down: torch.Tensor | None = None  # [h, Is]
+    sinks: torch.Tensor | None = None  # [num_heads] float32 logits (attention_sinks)
 
 
 def _draw(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
@@ -78,6 +75,9 @@ def make_layer(arch: Architecture, dtype: torch.dtype, device: torch.device,
         if shared:
             w.shared_up = _draw((2 * shared, h), dtype, device, gen)
             w.shared_down = _draw((h, shared), dtype, device, gen)
+    if arch.attention_sinks:
+        w.sinks = torch.empty(arch.num_heads, dtype=torch.float32,
+                              device=device).normal_(generator=gen)
     return w
 
 

@@ -28,6 +28,9 @@ MOE = {"hidden_size": 1024, "intermediate_size": 2048, "vocab_size": 4096, "num_
        "num_experts_per_tok": 2, "moe_intermediate_size": 512,
        "shared_expert_intermediate_size": 256, "qk_norm": True}
 FP8 = {"kv_cache_dtype": "fp8", "k_scale": 0.5, "v_scale": 2.0}
+OSS = {"hidden_size": 1024, "intermediate_size": 2048, "attention_sinks": True,
+       "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"],
+       "qkv_bias": True}
 
 
 def test_scenario_executes_under_graphs(tmp_path: Path) -> None:
@@ -84,7 +87,8 @@ def _setup(tmp_path: Path, dtype: str, arch: dict[str, Any], heads: tuple[int, i
     ("fp32", {"hidden_size": 1024, "intermediate_size": 2048}, (32, 8, 128), 1e-3),
     ("bf16", MOE, (8, 2, 128), 5e-2),
     ("bf16", {"hidden_size": 1024, "intermediate_size": 2048, **FP8}, (32, 8, 128), 5e-2),
-], ids=["dense-fp32", "moe-bf16", "dense-bf16-fp8-cache"])
+    ("bf16", OSS, (64, 8, 64), 5e-2),
+], ids=["dense-fp32", "moe-bf16", "dense-bf16-fp8-cache", "gpt-oss-attention-bf16"])
 def test_graph_replay_logits_match_reference(tmp_path: Path, dtype: str, arch: dict[str, Any],
                                              heads: tuple[int, int, int], tol: float) -> None:
     """A step captured as a CUDA graph and replayed gives the float64 reference's logits

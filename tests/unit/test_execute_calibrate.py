@@ -142,3 +142,20 @@ def test_e5m2_refused(cal: ModuleType, tmp_path: Path,
     [err] = capsys.readouterr().err.strip().splitlines()
     assert "--kv-cache-dtype" in err and "not e5m2" in err
     assert not (tmp_path / "o.json").exists()
+
+
+def test_gpt_oss_attention_grid(cal: ModuleType, tmp_path: Path) -> None:
+    """A dequantised gpt-oss config (tiny): every point runs with sinks and alternating
+    windowed / full layers, recorded in the artefact's model."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**TINY, "architectures": ["GptOssForCausalLM"],
+                               "num_local_experts": 4, "intermediate_size": 16,
+                               "sliding_window": 4}))
+    out = tmp_path / "cal.json"
+    assert cal.main(["--model-json", str(cfg), "--grid", "tiny", "--device", "cpu",
+                     "--out", str(out), "--no-parts"]) == 0
+    art = json.loads(out.read_text())
+    model = art["model"]
+    assert model["attention_sinks"] is True and model["sliding_window"] == 4
+    assert model["layer_types"] == ["sliding_attention", "full_attention"]
+    assert len(art["points"]) == len(cal.GRIDS["tiny"]) and art["complete"] is True

@@ -28,6 +28,9 @@ from tests.unit.validate_logkit import scenario_log
 MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
        "shared_expert_intermediate_size": 16}
 FP8 = {"kv_cache_dtype": "fp8", "k_scale": 0.5, "v_scale": 2.0}
+# gpt-oss's attention: sinks, and a 5-token window on layer 0 only (contexts reach 21 tokens).
+OSS = {"attention_sinks": True, "sliding_window": 5,
+       "layer_types": ["sliding_attention", "full_attention"]}
 
 
 def _log(tmp_path: Path, arch: dict[str, Any]) -> tuple[LogHeader, Architecture,
@@ -79,12 +82,12 @@ def _moe(e: Engine, h: torch.Tensor, routing: Any, layer: int) -> torch.Tensor:
 def _attention(e: Engine, batch: StepBatch, q: torch.Tensor, kv: torch.Tensor,
                layer: int) -> torch.Tensor:
     kc, vc = kv[layer % kv.shape[0], 0], kv[layer % kv.shape[0], 1]
-    var = Variant(k_scale=e.k_scale, v_scale=e.v_scale) if e.arch.fp8_kv else Variant()
+    scales = {"k_scale": e.k_scale, "v_scale": e.v_scale} if e.arch.fp8_kv else {}
+    var = Variant(window=e.arch.window(layer), sinks=e.layer.sinks, **scales)
     rows = batch.num_decode_rows
     out = torch.zeros_like(q)
     out[:rows] = ref_decode_attention(q[:rows], kc, vc, batch.decode_tables(),
-                                      batch.decode_lens(), sliding_window=e.arch.sliding_window,
-                                      variant=var)
+                                      batch.decode_lens(), variant=var)
     chunk = batch.num_tokens - len(batch.decode)
     if chunk:
         out[rows:rows + chunk] = ref_prefill_attention(
@@ -125,8 +128,8 @@ def reference_logits(e: Engine, batch: StepBatch, kv: torch.Tensor, routing: Any
     return h @ e.lm_head.double().T
 
 
-@pytest.mark.parametrize("arch", [{}, {"qkv_bias": True, "qk_norm": True}, MOE, FP8],
-                         ids=["dense", "bias-qknorm", "moe", "fp8-cache"])
+@pytest.mark.parametrize("arch", [{}, {"qkv_bias": True, "qk_norm": True}, MOE, FP8, OSS],
+                         ids=["dense", "bias-qknorm", "moe", "fp8-cache", "sinks-windows"])
 def test_logits_match_reference(tmp_path: Path, arch: dict[str, Any]) -> None:
     """Decode-only (padded), prefill and mixed steps give the reference logits (fp32; fp8
     cache: K and V quantised with scales 0.5 and 2)."""
