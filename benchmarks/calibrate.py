@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/calibrate.py --model Llama-3-8B --out FILE.json
     PYTHONPATH=. python3 benchmarks/calibrate.py --model-json config.json --grid smoke --out F
+    PYTHONPATH=. python3 benchmarks/calibrate.py --model Llama-3-8B --kv-cache-dtype fp8 --out F
 
 Each grid point is a synthetic step executed exactly as a logged step is (kernels/execute/
 step.py: whole decoder forward, CUDA graph and eager times, per-part graphs): decode-only
@@ -11,6 +12,9 @@ largest point. The model comes from a sim preset (`--model`, dense presets) or a
 `config.json` (`--model-json`, MoE too). The artefact (format "pagedsim-step-calibration",
 described in kernels/execute/README.md and inside the file itself) holds the model, GPU,
 dtypes, software, date, method and every point; it replaces the per-layer table CSV.
+`--kv-cache-dtype fp8` (or fp8_e4m3) runs fp8 e4m3 caches (scales 1.0) beside the model-dtype
+weights; the artefact's `model.kv_cache_dtype` says so, and the simulator fits it only for runs
+with that cache dtype (sim/cost/calibration.py).
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ import json
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from kernels.execute.arch import Architecture
+from kernels.execute.arch import Architecture, kv_cache_dtype
 from kernels.execute.model import Engine, GiB
 from kernels.execute.output import METHOD, STEP_FIELDS, AtomicWriter, environment
 from kernels.execute.step import ExecOptions, execute_record
@@ -196,8 +201,11 @@ def _architecture(args: argparse.Namespace) -> Architecture:
             raise ValueError(f"--model-json {path}: cannot read ({exc})") from None
         if not isinstance(cfg, dict):
             raise ValueError(f"--model-json {path}: expected a JSON object")
-        return Architecture.from_hf_config(cfg, str(path))
-    return preset_architecture(args.model)
+        arch = Architecture.from_hf_config(cfg, str(path))
+    else:
+        arch = preset_architecture(args.model)
+    kv = kv_cache_dtype(args.kv_cache_dtype, arch.dtype, "--kv-cache-dtype", "value")
+    return replace(arch, kv_cache_dtype=kv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="the artefact's path (JSON)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--kv-cache-dtype", default="auto",
+                    help="auto (the model dtype) or fp8 / fp8_e4m3 (e4m3 caches, scales 1.0)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kv-layers", type=int, help="KV caches allocated (default: all that fit)")
     ap.add_argument("--no-parts", action="store_true", help="skip the per-part graphs")
@@ -226,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device(args.device)
     opts = ExecOptions(seed=args.seed, timing=TimingOptions(parts=not args.no_parts))
-    print(f"calibrate {arch.name} ({arch.dtype}) grid {args.grid} on {device}\n{TABLE_HEADER}")
+    print(f"calibrate {arch.name} ({arch.dtype}, kv {arch.kv_cache_dtype}) grid {args.grid} on "
+          f"{device}\n{TABLE_HEADER}")
     rows: list[dict[str, Any]] = []
     memory: dict[str, Any] = {}
     error = None

@@ -8,8 +8,9 @@ the rest. Printed per artefact, kind (decode, prefill, mixed, all) and split (fi
 median and p90 of |predicted / measured - 1| for attention (the attention part's graph),
 linear (GEMMs + other launches: the linear and other parts' graphs) and total (the whole
 step's graph, `graph_s`), for the fit and for the uncalibrated roofline (its GPU parts, no CPU
-overhead). 'calibrated' fits all artefacts but the one evaluated (leave one model out).
-This measures agreement with our own forward on our own kernels, not with vLLM.
+overhead). 'calibrated' fits all artefacts but those of the model evaluated (leave one model
+out). An artefact with an fp8 (or other non-model-dtype) KV cache is its own row, named
+'MODEL kv DTYPE', with the fit and roofline at that cache dtype. This measures agreement with our own forward on our own kernels, not with vLLM.
 """
 from __future__ import annotations
 
@@ -20,9 +21,17 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sim.cost.calibration import SHIPPED_DIR, Calibration, model_of, read_calibration
+from sim.cost.calibration import (
+    SHIPPED_DIR,
+    Calibration,
+    kv_dtype_of,
+    model_of,
+    read_calibration,
+    run_kv_dtype,
+)
 from sim.cost.fit_terms import step_kind
 from sim.cost.gpus import get_gpu
+from sim.cost.model_config import ModelConfig
 from sim.cost.step_fit import FitStepModel, fit_coefficients, point_batch, samples
 from sim.cost.step_roofline import RooflineStepModel
 from sim.cost.step_specs import make_calibrated, make_fit
@@ -115,9 +124,11 @@ def executed_rows(path: str) -> tuple[str, list[dict[str, Any]]]:
     lines = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
     header = lines[0]
     model, gpu = model_of(header["model"], path), get_gpu(header["device"]["name"])
-    models = {"fit": make_fit("", model, gpu, 1, "auto", "fit"),
-              "calibrated": make_calibrated(model, gpu, 1, "auto"),
-              "roofline": RooflineStepModel(model, gpu)}
+    kv = kv_dtype_of(header["model"], path)
+    kv = "auto" if kv == model.dtype else kv
+    models = {"fit": make_fit("", model, gpu, 1, kv, "fit"),
+              "calibrated": make_calibrated(model, gpu, 1, kv),
+              "roofline": RooflineStepModel(model, gpu, kv_cache_dtype=kv)}
     out = []
     for step in lines[1:]:
         b = step["batch"]
@@ -136,17 +147,25 @@ def executed_rows(path: str) -> tuple[str, list[dict[str, Any]]]:
                 att, lin = st.attention_s, st.linear_s
             row[name] = {"attention": att, "linear": lin, "total": att + lin}
         out.append(row)
-    return f"{header['log']} ({model.name}, {len(out)} executed steps)", out
+    return f"{header['log']} ({row_name(model, kv)}, {len(out)} executed steps)", out
+
+
+def row_name(model: ModelConfig, kv_cache_dtype: str) -> str:
+    """The model's name, with its KV cache dtype where that is not the model dtype."""
+    kv = run_kv_dtype(model, kv_cache_dtype)
+    return model.name if kv == model.dtype else f"{model.name} kv {kv}"
 
 
 def joined(cals: list[Calibration]) -> list[Calibration]:
-    """Artefacts of one model shape and GPU joined into one (as the 'fit' spec joins them)."""
-    groups: dict[tuple[Any, str], list[Calibration]] = {}
+    """Artefacts of one model shape, KV cache dtype and GPU joined into one (as the 'fit' spec
+    joins them)."""
+    groups: dict[tuple[Any, str, str], list[Calibration]] = {}
     for cal in cals:
-        groups.setdefault((cal.model, cal.gpu_name), []).append(cal)
+        groups.setdefault((cal.model, cal.kv_dtype, cal.gpu_name), []).append(cal)
     return [Calibration(" + ".join(Path(c.source).name for c in group), group[0].model,
                         group[0].gpu_name, group[0].device, group[0].date,
-                        [p for c in group for p in c.points]) for group in groups.values()]
+                        [p for c in group for p in c.points], group[0].kv_dtype)
+            for group in groups.values()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,17 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     rows_by: dict[str, list[dict[str, Any]]] = {}
     for cal in cals:
         fitted = [p for p in cal.points if not held_out(p)]
+        kv = cal.kv_cache_dtype
         models: dict[str, Any] = {
             "fit": FitStepModel(cal.model, cal.gpu, 1, fit_coefficients(samples(cal, fitted)),
-                                "fit"),
-            "roofline": RooflineStepModel(cal.model, cal.gpu)}
-        others = [s for c in cals if c is not cal for s in samples(c)]
+                                "fit", kv_cache_dtype=kv),
+            "roofline": RooflineStepModel(cal.model, cal.gpu, kv_cache_dtype=kv)}
+        others = [s for c in cals if c.model != cal.model for s in samples(c)]
         if len(others) >= 6:
-            models["calibrated"] = FitStepModel(cal.model, cal.gpu, 1,
-                                                fit_coefficients(others), "calibrated")
-        rows_by[cal.model.name] = rows_for(cal, models)
-        print("\n".join(report(f"{cal.model.name}: {cal.describe()}", rows_by[cal.model.name],
-                               list(models))), flush=True)
+            models["calibrated"] = FitStepModel(cal.model, cal.gpu, 1, fit_coefficients(others),
+                                                "calibrated", kv_cache_dtype=kv)
+        name = row_name(cal.model, kv)
+        rows_by[name] = rows_for(cal, models)
+        print("\n".join(report(f"{name}: {cal.describe()}", rows_by[name], list(models))),
+              flush=True)
     for path in args.executed:
         title, rows = executed_rows(path)
         rows_by[title] = rows

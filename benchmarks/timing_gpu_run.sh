@@ -4,9 +4,15 @@
 #
 #   bash benchmarks/timing_gpu_run.sh OUT_DIR [MODEL...]
 #
-# Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), SUFFIX (of the artefacts'
-# names), TESTS_S (60), EXEC_LOGS
-# (allocation logs to execute, sampled: EXEC_STEPS steps, EXEC_S seconds each).
+# Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), KV (the KV cache dtype:
+# auto, or fp8 for e4m3 caches; a KV other than auto joins the artefacts' names, as
+# h200_llama-3-8b_fp8.json), SUFFIX (of the artefacts' names, after KV), TESTS_S (60; 0 skips
+# the GPU tests), EXEC_LOGS (allocation logs to execute, sampled: EXEC_STEPS steps, EXEC_S
+# seconds each). The fp8 artefacts of Llama-3-8B (fit and prefill grids; log.txt per OUT_DIR):
+#
+#   KV=fp8 TESTS_S=0 bash benchmarks/timing_gpu_run.sh OUT/fit Llama-3-8B
+#   KV=fp8 GRID=prefill SUFFIX=_prefill TESTS_S=120 bash benchmarks/timing_gpu_run.sh OUT/prefill \
+#       Llama-3-8B
 set -o pipefail
 out=${1:?usage: timing_gpu_run.sh OUT_DIR [MODEL...]}
 shift
@@ -17,6 +23,8 @@ mkdir -p "$out"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 start=$(date +%s)
 budget=${BUDGET_S:-25}
+kv=${KV:-auto}
+kv_name=$([ "$kv" = auto ] || echo "_$kv")
 {
     date -u +%Y-%m-%dT%H:%M:%SZ
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -28,7 +36,8 @@ for m in "${models[@]}"; do
     name=$(echo "$m" | tr 'A-Z.' 'a-z_' | tr -cd 'a-z0-9_-')
     echo "== $m ($(($(date +%s) - start)) s)" >> "$out/log.txt"
     timeout $((budget + 40)) python benchmarks/calibrate.py --model "$m" --grid "${GRID:-fit}" \
-        --time-budget "$budget" --out "$out/h200_$name${SUFFIX:-}.json" >> "$out/log.txt" 2>&1
+        --kv-cache-dtype "$kv" --time-budget "$budget" \
+        --out "$out/h200_$name$kv_name${SUFFIX:-}.json" >> "$out/log.txt" 2>&1
     echo "[exit $?]" >> "$out/log.txt"
 done
 for log in ${EXEC_LOGS:-}; do
@@ -38,8 +47,11 @@ for log in ${EXEC_LOGS:-}; do
         --max-steps "${EXEC_STEPS:-24}" --out "$out/exec_$name.jsonl" >> "$out/log.txt" 2>&1
     echo "[exit $?]" >> "$out/log.txt"
 done
-echo "== GPU tests ($(($(date +%s) - start)) s)" >> "$out/log.txt"
-timeout "${TESTS_S:-60}" python -m pytest -q -p no:cacheprovider -m gpu tests/gpu \
-    -k "execute or calibrat" >> "$out/log.txt" 2>&1
-echo "[exit $?] [total $(($(date +%s) - start)) s]" >> "$out/log.txt"
+if [ "${TESTS_S:-60}" -gt 0 ]; then
+    echo "== GPU tests ($(($(date +%s) - start)) s)" >> "$out/log.txt"
+    timeout "${TESTS_S:-60}" python -m pytest -q -p no:cacheprovider -m gpu tests/gpu \
+        -k "execute or calibrat" >> "$out/log.txt" 2>&1
+    echo "[exit $?]" >> "$out/log.txt"
+fi
+echo "[total $(($(date +%s) - start)) s]" >> "$out/log.txt"
 tail -n 40 "$out/log.txt"

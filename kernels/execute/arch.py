@@ -1,10 +1,10 @@
 """The decoder architecture an executed step runs: read from the log header or an HF config.
 
-The allocation log's header `model` section must carry the whole architecture (below), so that
-kernels/ needs nothing from sim/. `Architecture.from_header` reads it and names any missing or
-mistyped field; `Architecture.from_hf_config` maps Hugging Face `config.json` keys for the
-families the executor knows (Llama, Mistral, Qwen2/2.5, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE).
-Dtypes are torch names (`bfloat16`, `float16`, `float32`).
+`Architecture.from_header` reads the log header's `model` section (the whole architecture, so
+kernels/ needs nothing from sim/) and names any missing or mistyped field; `from_hf_config`
+maps an HF `config.json` of a known family (Llama, Mistral, Qwen2/2.5, Qwen3, Mixtral, Qwen MoE,
+dequantised gpt-oss). Dtypes are torch names; the KV cache's is the model's or `fp8_e4m3`
+(vLLM's fp8). Optional gpt-oss variants: `attention_sinks` and per-layer `layer_types`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kernels.execute.hf_config import hf_fields
-from kernels.validate.log import DTYPES, LogError
+from kernels.execute.hf_config import MXFP4_REFUSED, hf_fields
+from kernels.validate.log import DTYPES, FP8_NAMES, LogError
+
+FP8_KV = "fp8_e4m3"
 
 # Fields every header's `model` section needs beyond the validator's (name, layers, heads,
 # head_dim, dtype, kv_cache_dtype, sliding_window), then those a MoE model needs too.
@@ -26,6 +28,7 @@ MOE_FIELDS: dict[str, type | tuple[type, ...]] = {
     "num_experts_per_tok": int, "moe_intermediate_size": int,
     "shared_expert_intermediate_size": int,
 }
+LAYER_TYPES = ("sliding_attention", "full_attention")
 _BASE_FIELDS: dict[str, type | tuple[type, ...]] = {
     "num_layers": int, "num_heads": int, "num_kv_heads": int, "head_dim": int, "dtype": str,
 }
@@ -61,6 +64,8 @@ class Architecture:
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
+    attention_sinks: bool = False
+    layer_types: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         sizes = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
@@ -76,6 +81,33 @@ class Architecture:
                              f"[1, num_experts={self.num_experts}]")
         if self.moe and self.moe_intermediate_size < 1:
             raise ValueError(f"model {self.name}: moe_intermediate_size must be >= 1")
+        self._check_layer_types()
+        if self.kv_cache_dtype not in (self.dtype, FP8_KV):
+            raise ValueError(f"model {self.name}: kv_cache_dtype {self.kv_cache_dtype} differs "
+                             f"from dtype {self.dtype}; the paged kernels take the model dtype "
+                             "or fp8 (e4m3)")
+
+    def _check_layer_types(self) -> None:
+        types = self.layer_types
+        if types is None:
+            return
+        if len(types) != self.num_layers or not set(types) <= set(LAYER_TYPES):
+            raise ValueError(f"model {self.name}: layer_types must list {self.num_layers} of "
+                             f"{', '.join(LAYER_TYPES)}")
+        if "sliding_attention" in types and self.sliding_window is None:
+            raise ValueError(f"model {self.name}: sliding_attention layers need a "
+                             "sliding_window")
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of `layer` (None: full attention)."""
+        if self.layer_types is not None and self.layer_types[layer] == "full_attention":
+            return None
+        return self.sliding_window
+
+    @property
+    def fp8_kv(self) -> bool:
+        """Whether the KV cache is fp8 e4m3 (quantised on write, per-tensor K and V scales)."""
+        return self.kv_cache_dtype == FP8_KV
 
     @property
     def moe(self) -> bool:
@@ -93,14 +125,13 @@ class Architecture:
         """
         if isinstance(model, dict) and model.get("expert_dtype") is not None:
             raise LogError(f"{where}: field 'model.expert_dtype' = {model['expert_dtype']!r}: "
-                           "the executor runs experts in the model dtype only (no MXFP4)")
+                           f"{MXFP4_REFUSED}")
         need = {**_BASE_FIELDS, **HEADER_FIELDS}
         if isinstance(model, dict) and _get(model, "num_experts", int, where) > 0:
             need.update(MOE_FIELDS)
         values = {key: _get(model, key, kind, where) for key, kind in need.items()}
-        dtype = _dtype(values.pop("dtype"), "model.dtype", where)
-        kv = model.get("kv_cache_dtype") or "auto"
-        kv_dtype = dtype if kv == "auto" else _dtype(kv, "model.kv_cache_dtype", where)
+        dtype = _dtype(values.pop("dtype"), "field 'model.dtype'", where)
+        kv_dtype = kv_cache_dtype(model.get("kv_cache_dtype"), dtype, where)
         window = model.get("sliding_window")
         if window is not None and (not isinstance(window, int) or window < 1):
             raise LogError(f"{where}: field 'model.sliding_window' must be null or >= 1")
@@ -108,7 +139,8 @@ class Architecture:
         try:
             return cls(name=str(model.get("name", "?")), dtype=dtype, kv_cache_dtype=kv_dtype,
                        sliding_window=window,
-                       rope_theta=None if theta is None else float(theta), **values)
+                       rope_theta=None if theta is None else float(theta),
+                       **_variants(model, where), **values)
         except ValueError as exc:
             raise LogError(f"{where}: {exc}") from None
 
@@ -135,9 +167,41 @@ def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     return value
 
 
-def _dtype(value: Any, field: str, where: str) -> str:
+def _variants(model: dict[str, Any], where: str) -> dict[str, Any]:
+    """The optional attention variants of a header: sinks (bool) and layer_types (a list)."""
+    sinks = model.get("attention_sinks", False)
+    if not isinstance(sinks, bool):
+        raise LogError(f"{where}: field 'model.attention_sinks' has type {type(sinks).__name__}")
+    types = model.get("layer_types")
+    if types is not None and not (isinstance(types, list)
+                                  and all(isinstance(t, str) for t in types)):
+        raise LogError(f"{where}: field 'model.layer_types' must be null or a list of "
+                       f"{' / '.join(LAYER_TYPES)}")
+    return {"attention_sinks": sinks, "layer_types": None if types is None else tuple(types)}
+
+
+def kv_cache_dtype(value: Any, dtype: str, where: str,
+                   what: str = "field 'model.kv_cache_dtype'") -> str:
+    """The cache dtype of a header's `model.kv_cache_dtype` (or a `--kv-cache-dtype`): `dtype`
+    for auto or null, `fp8_e4m3` for fp8 / fp8_e4m3; e5m2 is refused (the kernels take e4m3).
+
+    Raises:
+        LogError: an unknown or unsupported name, naming `where` and `what`.
+    """
+    name = str(value or "auto").lower()
+    if name == "auto":
+        return dtype
+    if name in FP8_NAMES:
+        return FP8_KV
+    if name.startswith("fp8"):
+        raise LogError(f"{where}: {what} = {value!r}: the kernels take fp8 e4m3 caches only "
+                       "(fp8 or fp8_e4m3), not e5m2")
+    return _dtype(value, what, where, " (and fp8 caches)")
+
+
+def _dtype(value: Any, what: str, where: str, more: str = "") -> str:
     name = DTYPES.get(str(value).lower())
     if name is None:
-        raise LogError(f"{where}: field '{field}' = {value!r}: the executor supports "
-                       "fp16, bf16 and fp32")
+        raise LogError(f"{where}: {what} = {value!r}: the executor supports fp16, bf16 and "
+                       f"fp32{more}")
     return name

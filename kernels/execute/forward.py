@@ -11,7 +11,9 @@ Per layer (vLLM's Llama/Qwen/Mixtral order):
 then the final add + RMSNorm, the LM head for each sequence's last token, and argmax. Parts:
 "attention" (cache write and paged attention), "linear" (every GEMM, the LM head included) and
 "other" (embedding, norms, rotary, activation, routing glue, gathers, argmax). A Forward made
-with a subset of parts launches only those, reading the stale buffers of the others.
+with a subset of parts launches only those, reading the stale buffers of the others. An fp8
+cache is written quantised and read dequantised with the engine's K and V scales; a layer's
+attention takes its own window (`Architecture.window`) and, with sinks, the layer's sink logits.
 """
 
 from __future__ import annotations
@@ -104,21 +106,23 @@ class Forward:
     def _attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         t, b = self.t, self.b
         k_cache, v_cache = self.e.cache(layer)
-        reshape_and_cache(k, v, k_cache, v_cache, t.slots)
+        scales = {"k_scale": self.e.k_scale, "v_scale": self.e.v_scale}
+        reshape_and_cache(k, v, k_cache, v_cache, t.slots, **scales)
+        variant = {"sliding_window": self.e.arch.window(layer), "sinks": self.w.sinks, **scales}
         rows = t.batch.num_decode_rows
         if rows:
             paged_decode_attention(q[:rows], k_cache, v_cache, t.dec_tables, t.dec_lens,
-                                   sliding_window=self.e.arch.sliding_window,
-                                   max_context_len=t.dec_max, out=b.attn[:rows])
+                                   max_context_len=t.dec_max, out=b.attn[:rows], **variant)
         chunk = t.batch.num_tokens - len(t.batch.decode)
         if chunk:
             extra = {"max_context_len": t.pre_max_ctx} if _PREFILL_MAX_CONTEXT else {}
             paged_prefill_attention(q[rows : rows + chunk], k_cache, v_cache, t.pre_tables,
                                     t.pre_starts, t.pre_lens, max_new_tokens=t.pre_max_new,
-                                    sliding_window=self.e.arch.sliding_window,
-                                    out=b.attn[rows : rows + chunk], **extra)
+                                    out=b.attn[rows : rows + chunk], **extra, **variant)
         if self.trace is not None:
-            self.note("attention", layer, slots=t.slots.tolist(), decode_rows=rows,
+            self.note("attention", layer, cache_dtype=str(k_cache.dtype), **scales,
+                      window=variant["sliding_window"], sinks=self.w.sinks is not None,
+                      slots=t.slots.tolist(), decode_rows=rows,
                       decode_lens=t.dec_lens.tolist(), decode_tables=t.dec_tables.tolist(),
                       prefill_rows=chunk, prefill_starts=t.pre_starts.tolist(),
                       prefill_lens=t.pre_lens.tolist(), prefill_tables=t.pre_tables.tolist(),

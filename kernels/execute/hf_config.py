@@ -1,10 +1,10 @@
 """Hugging Face `config.json` keys mapped to the executor's architecture fields.
 
-Only the families whose layers the executed forward reproduces are accepted; anything else is
-an error naming the field `architectures`. Per family: Qwen2 projects Q/K/V with a bias, Qwen3
-normalises each head of Q and K (`qk_norm`), Mixtral's experts use `intermediate_size`, the
-Qwen MoE families give `moe_intermediate_size` and may add a shared expert. A float32 (or
-missing) `torch_dtype` is served in float16, as vLLM's `dtype=auto` does.
+Only families whose layers the executed forward reproduces are accepted (else an error naming
+`architectures`): Qwen2's QKV bias, Qwen3's per-head Q/K norm, Mixtral's and the Qwen MoE
+experts, gpt-oss's sinks and sliding / full `layer_types` (its MXFP4 experts are refused; a
+dequantised one runs standard SwiGLU experts, without its clamped activation, biases or YaRN
+rotary). A float32 (or missing) `torch_dtype` is served in float16, as vLLM's `dtype=auto` does.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ FAMILIES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral",
     "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
+    "GptOssForCausalLM": "gpt_oss",
 }
+MXFP4_REFUSED = "the executor runs experts in the model dtype only (no MXFP4)"
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16",
            "float32": "float16", "float": "float16"}
 
@@ -41,7 +43,7 @@ def _family(cfg: dict[str, Any], where: str) -> str:
 
 
 def _moe(cfg: dict[str, Any], family: str, where: str) -> dict[str, int]:
-    if family == "mixtral":
+    if family in ("mixtral", "gpt_oss"):
         experts, width = _int(cfg, "num_local_experts", where), _int(cfg, "intermediate_size",
                                                                        where)
     else:
@@ -54,6 +56,18 @@ def _moe(cfg: dict[str, Any], family: str, where: str) -> dict[str, int]:
             "moe_intermediate_size": width,
             "shared_expert_intermediate_size": _int(cfg, "shared_expert_intermediate_size",
                                                     where, 0)}
+
+
+def _gpt_oss(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method") == "mxfp4":
+        raise ValueError(f"{where}: field quantization_config.quant_method = 'mxfp4': "
+                         f"{MXFP4_REFUSED}")
+    types = cfg.get("layer_types")
+    if not isinstance(types, list):  # transformers' default: even layers windowed
+        types = ["full_attention" if i % 2 else "sliding_attention"
+                 for i in range(_int(cfg, "num_hidden_layers", where))]
+    return {"attention_sinks": True, "layer_types": tuple(types)}
 
 
 def _window(cfg: dict[str, Any], family: str) -> int | None:
@@ -89,9 +103,12 @@ def hf_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
         "sliding_window": _window(cfg, family),
         "rope_theta": float(cfg.get("rope_theta") or 10000.0),
         "rms_norm_eps": float(cfg.get("rms_norm_eps") or 1e-6),
-        "qkv_bias": family in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias")),
+        "qkv_bias": family in ("qwen2", "qwen2_moe", "gpt_oss")
+        or bool(cfg.get("attention_bias")),
         "qk_norm": family in ("qwen3", "qwen3_moe"),
     }
-    if family in ("mixtral", "qwen2_moe", "qwen3_moe"):
+    if family in ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss"):
         fields.update(_moe(cfg, family, where))
+    if family == "gpt_oss":
+        fields.update(_gpt_oss(cfg, where))
     return fields

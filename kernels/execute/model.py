@@ -1,13 +1,11 @@
 """The model an executed step runs on: random weights at the real shapes, and the paged KV cache.
 
-Weights are drawn once (normal, std 0.02; norm weights 1) for ONE decoder layer, which every
-layer then uses: all layers have equal shapes, and a layer's weights (hundreds of MB for a 7B
-model) are far larger than the GPU's L2 (60 MB on the H200), so each layer still streams its
-weights from HBM as a real model does. Embedding and LM head are separate `[vocab, hidden]`
-tensors. The KV cache holds every layer at the logged pool size, `[layers, 2, num_blocks,
-block_size, kv_heads, head_dim]`, filled with random values, when it fits beside the weights
-and a reserve for activations; otherwise only `kv_layers` layers are allocated and layer l uses
-cache `l % kv_layers` (reported). A host cache for swaps is allocated the same way (zeros).
+Weights (normal, std 0.02; norms 1) are drawn for ONE decoder layer, which every layer uses:
+the shapes are equal and a layer's weights far exceed the GPU's L2, so each layer still streams
+them from HBM. The KV cache, `[layers, 2, num_blocks, block_size, kv_heads, head_dim]` at the
+logged pool size, is random; when it does not fit beside the weights and a reserve, `kv_layers`
+layers are allocated and layer l uses cache `l % kv_layers`. A host cache (zeros) serves swaps.
+An fp8 cache is `float8_e4m3fn`, filled quantised by its K and V scales (kernels/fp8.py).
 """
 
 from __future__ import annotations
@@ -19,9 +17,11 @@ import torch
 
 from kernels.execute.arch import Architecture
 from kernels.execute.fused import rope_cache
+from kernels.fp8 import FP8_DTYPE, inv_scale, quantize
 
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 GiB = 1 << 30
+FILL_CHUNK = 1 << 26  # values drawn at a time into an fp8 cache (a few 256 MB temporaries)
 
 
 @dataclass(slots=True)
@@ -42,6 +42,7 @@ class LayerWeights:
     experts_down: torch.Tensor | None = None  # [E, h, Ie]
     shared_up: torch.Tensor | None = None  # [2Is, h]
     shared_down: torch.Tensor | None = None  # [h, Is]
+    sinks: torch.Tensor | None = None  # [num_heads] float32 logits (attention_sinks)
 
 
 def _draw(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
@@ -74,6 +75,9 @@ def make_layer(arch: Architecture, dtype: torch.dtype, device: torch.device,
         if shared:
             w.shared_up = _draw((2 * shared, h), dtype, device, gen)
             w.shared_down = _draw((h, shared), dtype, device, gen)
+    if arch.attention_sinks:
+        w.sinks = torch.empty(arch.num_heads, dtype=torch.float32,
+                              device=device).normal_(generator=gen)
     return w
 
 
@@ -98,7 +102,10 @@ class Engine:
     seed: int = 0
     kv_layers: int | None = None
     reserve_bytes: int = 6 * GiB
+    k_scale: float = 1.0
+    v_scale: float = 1.0
     dtype: torch.dtype = field(init=False)
+    kv_dtype: torch.dtype = field(init=False)
     layer: LayerWeights = field(init=False)
     embed: torch.Tensor = field(init=False)
     lm_head: torch.Tensor = field(init=False)
@@ -109,10 +116,10 @@ class Engine:
 
     def __post_init__(self) -> None:
         a = self.arch
-        if a.kv_cache_dtype != a.dtype:
-            raise ValueError(f"model {a.name}: kv_cache_dtype {a.kv_cache_dtype} differs from "
-                             f"dtype {a.dtype}; the paged kernels need one dtype")
+        inv_scale(self.k_scale)  # a bad scale is refused before anything is allocated
+        inv_scale(self.v_scale)
         self.dtype = TORCH_DTYPES[a.dtype]
+        self.kv_dtype = FP8_DTYPE if a.fp8_kv else self.dtype
         gen = torch.Generator(device=self.device).manual_seed(self.seed)
         self.layer = make_layer(a, self.dtype, self.device, gen)
         self.embed = _draw((a.vocab_size, a.hidden_size), self.dtype, self.device, gen)
@@ -123,20 +130,35 @@ class Engine:
     def _allocate_kv(self, gen: torch.Generator) -> None:
         a = self.arch
         block = (self.block_size, a.num_kv_heads, a.head_dim)
-        elem = torch.empty(0, dtype=self.dtype).element_size()
+        elem = torch.empty(0, dtype=self.kv_dtype).element_size()
         per_layer = 2 * self.num_gpu_blocks * self.block_size * a.num_kv_heads * a.head_dim * elem
         n = self.kv_layers or kv_layers_that_fit(a, per_layer, self.device, self.reserve_bytes)
         if n < 1:
             raise ValueError(f"the KV cache of one layer ({per_layer / GiB:.1f} GiB at "
                              f"{self.num_gpu_blocks} blocks) does not fit on {self.device}")
         self.kv_layers = min(n, a.num_layers)
-        self.kv = torch.empty((self.kv_layers, 2, self.num_gpu_blocks, *block), dtype=self.dtype,
-                              device=self.device).normal_(generator=gen)
+        self.kv = torch.empty((self.kv_layers, 2, self.num_gpu_blocks, *block),
+                              dtype=self.kv_dtype, device=self.device)
+        self._fill_kv(gen)
         if self.num_cpu_blocks:
             host_layers = max(1, min(self.kv_layers, 16 * GiB // max(per_layer, 1)))
             self.cpu_kv = torch.zeros((host_layers, 2, self.num_cpu_blocks, *block),
-                                      dtype=self.dtype,
+                                      dtype=self.kv_dtype,
                                       pin_memory=self.device.type == "cuda")
+
+    def _fill_kv(self, gen: torch.Generator) -> None:
+        """Standard normal values; an fp8 cache gets them quantised by K's or V's scale, drawn
+        a chunk at a time (a whole cache of model-dtype values would not fit beside it)."""
+        if self.kv_dtype != FP8_DTYPE:
+            self.kv.normal_(generator=gen)
+            return
+        for pair in self.kv:
+            for half, scale in zip(pair, (self.k_scale, self.v_scale)):
+                flat = half.view(-1)
+                for start in range(0, flat.numel(), FILL_CHUNK):
+                    n = min(FILL_CHUNK, flat.numel() - start)
+                    x = torch.empty(n, dtype=self.dtype, device=self.device)
+                    flat[start : start + n] = quantize(x.normal_(generator=gen), scale)
 
     def cache(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(K, V) cache `[num_blocks, block_size, kv_heads, head_dim]` of `layer`."""
@@ -164,6 +186,8 @@ class Engine:
         """What was allocated, for the output header."""
         return {"kv_layers": self.kv_layers, "num_layers": self.arch.num_layers,
                 "kv_bytes": self.kv.numel() * self.kv.element_size(),
+                "kv_dtype": str(self.kv.dtype).removeprefix("torch."),
+                "k_scale": self.k_scale, "v_scale": self.v_scale,
                 "kv_all_layers": self.kv_layers == self.arch.num_layers,
                 "cpu_kv_layers": 0 if self.cpu_kv is None else self.cpu_kv.shape[0],
                 "weights": "one layer's random weights reused by every layer"}

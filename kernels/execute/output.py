@@ -27,8 +27,8 @@ FORMAT = "pagedsim-executed-steps"
 FORMAT_VERSION = 1
 
 METHOD = {
-    "forward": "whole decoder forward at the model's shapes and dtype (kernels/execute/forward.py"
-               "); random weights, one layer's reused by every layer",
+    "forward": "whole decoder forward at the model's shapes, dtype and KV cache dtype (kernels/"
+               "execute/forward.py); random weights, one layer's reused by every layer",
     "graph_s": "GPU seconds per step: the forward captured as one CUDA graph at the padded size,"
                " median per replay",
     "eager_s": "the same forward launched op by op from Python, between two CUDA events",

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from kernels.execute.arch import Architecture
+from kernels.execute.arch import Architecture, kv_cache_dtype
 from kernels.execute.model import Engine, GiB
 from kernels.execute.output import (
     FORMAT,
@@ -81,6 +81,9 @@ def step_key(obj: dict[str, Any], where: str) -> str | None:
 
 def _open_section(obj: dict[str, Any], path: Path, line: int, opts: RunOptions
                   ) -> Section | None:
+    model = obj.get("model")
+    if isinstance(model, dict):  # the executor's word on the cache dtype (e5m2), not the reader's
+        kv_cache_dtype(model.get("kv_cache_dtype"), "auto", f"{path}:{line}")
     hdr = parse_header(obj, path, line)
     if opts.allocator is not None and hdr.allocator != opts.allocator:
         return None
@@ -112,7 +115,8 @@ def _execute(sec: Section, path: Path, opts: RunOptions, out: AtomicWriter) -> N
     hdr = sec.header
     engine = Engine(sec.arch, hdr.block_size, hdr.num_gpu_blocks, hdr.num_cpu_blocks,
                     torch.device(opts.device), seed=hdr.seed, kv_layers=opts.kv_layers,
-                    reserve_bytes=int(opts.reserve_gib * GiB))
+                    reserve_bytes=int(opts.reserve_gib * GiB), k_scale=hdr.k_scale,
+                    v_scale=hdr.v_scale)
     sampling = {**asdict(opts.rule), "all_steps": opts.all_steps, **sec.sampler.summary()}
     out.line({"kind": "header", "format": FORMAT, "format_version": FORMAT_VERSION,
               "log": str(path), "section": hdr.allocator, "block_size": hdr.block_size,
@@ -217,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for sec in sections:
         s = sec.sampler
-        print(f"section {sec.header.allocator} ({sec.arch.name}): {len(sec.rows)} of "
+        print(f"section {sec.header.allocator} ({sec.arch.name}, kv "
+              f"{sec.arch.kv_cache_dtype}): {len(sec.rows)} of "
               f"{s.num_steps} steps executed, {len(s.counts)} shape classes")
         print("\n".join(summary_table(sec.rows, "mode")))
         print(logged_vs_measured(sec.rows))

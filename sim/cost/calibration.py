@@ -4,7 +4,9 @@ the model and GPU they were measured for, and the artefacts shipped in sim/cost/
 An artefact holds executed step times of synthetic batches (one point per batch shape) with
 the architecture, device and dtypes; kernels/execute/README.md describes the format. A shipped
 artefact matches a run when the model's shape (every field that changes a step's work), the
-GPU preset and the dtypes are the same and tp is 1.
+GPU preset, the model dtype and the KV cache dtype are the same and tp is 1. An artefact's
+cache dtype is its `model.kv_cache_dtype` (the model dtype where absent); a run's is its
+`--kv-cache-dtype` with auto meaning the model dtype and fp8 meaning fp8_e4m3 (vLLM's names).
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from sim.cost.model_config import ModelConfig
 SHIPPED_DIR = Path(__file__).with_name("calibrations")
 FORMAT, FORMAT_VERSION = "pagedsim-step-calibration", 1
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+# An artefact's model.kv_cache_dtype (kernels/execute/arch.py's names) as sim's names.
+_KV_DTYPES = {**_TORCH_DTYPES, "fp8_e4m3": "fp8_e4m3"}
 # The fields of a model that change a step's work (names are not compared).
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size", "vocab_size", "sliding_window", "gated_mlp", "qkv_bias",
@@ -36,20 +40,35 @@ class Calibration:
     device: str
     date: str
     points: list[dict[str, Any]]
+    kv_dtype: str  # sim's name: bf16, fp16, fp32 or fp8_e4m3
 
     @property
     def gpu(self) -> GpuSpec:
         return get_gpu(self.gpu_name)
 
+    @property
+    def kv_cache_dtype(self) -> str:
+        """The `--kv-cache-dtype` value of a run like the measured one (auto: model dtype)."""
+        return "auto" if self.kv_dtype == self.model.dtype else self.kv_dtype
+
     def matches(self, model: ModelConfig, gpu: GpuSpec, tp: int, kv_dtype: str) -> bool:
-        """Whether this artefact measured `model`'s shape and dtypes on `gpu` at tp 1."""
+        """Whether this artefact measured `model`'s shape and dtype, with the KV cache dtype
+        `kv_dtype` (a `--kv-cache-dtype` value), on `gpu` at tp 1."""
         same_shape = all(getattr(self.model, f) == getattr(model, f) for f in SHAPE_FIELDS)
-        return (same_shape and tp == 1 and self.model.dtype == model.dtype == kv_dtype
+        return (same_shape and tp == 1 and self.model.dtype == model.dtype
+                and self.kv_dtype == run_kv_dtype(model, kv_dtype)
                 and gpu.name == self.gpu_name)
 
     def describe(self) -> str:
-        return (f"{self.source} ({len(self.points)} points of {self.model.name} on "
+        kv = "" if self.kv_dtype == self.model.dtype else f", kv {self.kv_dtype}"
+        return (f"{self.source} ({len(self.points)} points of {self.model.name}{kv} on "
                 f"{self.device}, {self.date})")
+
+
+def run_kv_dtype(model: ModelConfig, kv_cache_dtype: str) -> str:
+    """A run's KV cache dtype as artefacts name it: auto is the model's, fp8 is fp8_e4m3."""
+    name = kv_cache_dtype.lower()
+    return {"auto": model.dtype, "fp8": "fp8_e4m3"}.get(name, name)
 
 
 def model_of(raw: Any, source: str) -> ModelConfig:
@@ -64,6 +83,15 @@ def model_of(raw: Any, source: str) -> ModelConfig:
         return ModelConfig(dtype=dtype, num_params=1, max_context_len=1 << 30, **fields)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{source}: field 'model': {exc}") from None
+
+
+def kv_dtype_of(raw: dict[str, Any], source: str) -> str:
+    """The artefact model's cache dtype in sim's names; absent: the model dtype."""
+    kv = raw.get("kv_cache_dtype") or raw["dtype"]
+    if kv not in _KV_DTYPES:
+        raise ValueError(f"{source}: field 'model.kv_cache_dtype' = {kv!r} is none of "
+                         f"{sorted(_KV_DTYPES)}")
+    return _KV_DTYPES[kv]
 
 
 def read_calibration(path: str | Path) -> Calibration:
@@ -93,8 +121,9 @@ def read_calibration(path: str | Path) -> Calibration:
         raise ValueError(f"{path}: field 'points' holds no point with a graph_s time")
     if int(data.get("tp", 1)) != 1:
         raise ValueError(f"{path}: field 'tp' = {data.get('tp')!r}: only tp 1 is measured")
-    return Calibration(str(path), model_of(data.get("model"), str(path)), gpu,
-                       str(device.get("name")), str(data.get("date", "?")), points)
+    model = model_of(data.get("model"), str(path))
+    return Calibration(str(path), model, gpu, str(device.get("name")),
+                       str(data.get("date", "?")), points, kv_dtype_of(data["model"], str(path)))
 
 
 def shipped() -> list[Calibration]:
@@ -112,4 +141,4 @@ def find_shipped(model: ModelConfig, gpu: GpuSpec, tp: int, kv_dtype: str) -> Ca
     first = found[0]
     source = first.source + (f" + {len(found) - 1} more" if len(found) > 1 else "")
     return Calibration(source, first.model, first.gpu_name, first.device, first.date,
-                       [p for c in found for p in c.points])
+                       [p for c in found for p in c.points], first.kv_dtype)

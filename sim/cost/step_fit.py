@@ -5,10 +5,12 @@ calibration artefacts (executed steps, sim/cost/calibration.py): per step kind (
 prefill, mixed) and part, the efficiencies, the floor per launch and the cost per sequence;
 then per kind the median ratio of the whole step's graph time to its parts' sum (their
 overlap). A kind with fewer than MIN_POINTS points borrows the coefficients fitted on all.
-'fit' uses the artefact measured for this model shape and GPU; 'calibrated' fits all shipped
-artefacts together and applies their efficiencies and floors to any model and GPU (each GPU's
-datasheet peaks): a prediction where nothing was measured. `overhead_s` keeps the roofline's
-CPU-side estimate; the GPU figures are what the executor measured (our kernels, not vLLM's).
+A point's features are the roofline's at the artefact's KV cache dtype (fp8: a byte a value).
+'fit' uses the artefact measured for this model shape, GPU and KV cache dtype; 'calibrated'
+fits all shipped artefacts together and applies their efficiencies and floors to any model and
+GPU (each GPU's datasheet peaks): a prediction where nothing was measured. `overhead_s` keeps
+the roofline's CPU-side estimate; the GPU figures are what the executor measured (our kernels,
+not vLLM's).
 """
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ def point_batch(point: dict[str, object]) -> tuple[int, int, list[tuple[int, int
 
 def samples(cal: Calibration, points: Iterable[dict[str, object]] | None = None) -> list[Sample]:
     """The artefact's points (or the given subset) with parts measured, as fit samples."""
-    roof = RooflineStepModel(cal.model, cal.gpu)
+    roof = RooflineStepModel(cal.model, cal.gpu, kv_cache_dtype=cal.kv_cache_dtype)
     out = []
     for p in cal.points if points is None else points:
         parts = tuple(p.get(f"{part}_s") for part in PARTS)

@@ -1,7 +1,7 @@
 """The calibrated step-model specs: 'fit:FILE', 'fit', 'calibrated' and 'auto' (the default).
 
-- fit:FILE    fit the artefact FILE (refused unless measured for this model shape, GPU, dtypes
-              and tp 1: one line naming the file).
+- fit:FILE    fit the artefact FILE (refused unless measured for this model shape, GPU, model
+              and KV cache dtypes and tp 1: one line naming the file).
 - fit         the shipped artefact (sim/cost/calibrations/) measured for this setup.
 - calibrated  the calibrated roofline: every shipped artefact fitted together, applied to this
               model on this GPU's datasheet peaks (a prediction wherever nothing was measured).
@@ -10,7 +10,7 @@ Every model built here carries a `description` the run prints.
 """
 from __future__ import annotations
 
-from sim.cost.calibration import find_shipped, read_calibration, shipped
+from sim.cost.calibration import find_shipped, read_calibration, run_kv_dtype, shipped
 from sim.cost.gpus import GpuSpec
 from sim.cost.model_config import ModelConfig
 from sim.cost.step_base import StepModel
@@ -20,19 +20,16 @@ from sim.cost.step_roofline import RooflineStepModel
 SPECS = ("fit", "calibrated", "auto")
 
 
-def _resolved_kv(model: ModelConfig, kv_cache_dtype: str) -> str:
-    return model.dtype if kv_cache_dtype == "auto" else kv_cache_dtype
-
-
 def make_fit(arg: str, model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype: str,
              spec: str) -> StepModel:
     """'fit:FILE' or 'fit' (the shipped artefact for this setup)."""
-    kv = _resolved_kv(model, kv_cache_dtype)
+    kv = run_kv_dtype(model, kv_cache_dtype)
     if arg:
         cal = read_calibration(arg)
         if not cal.matches(model, gpu, tp, kv):
             raise ValueError(f"--step-model {spec!r}: {arg} was measured for {cal.model.name} "
-                             f"({cal.model.dtype}) on {cal.gpu_name} at tp 1; this run uses "
+                             f"({cal.model.dtype}, kv {cal.kv_dtype}) on {cal.gpu_name} at tp "
+                             "1; this run uses "
                              f"{model.name} ({model.dtype}, kv {kv}) on {gpu.name} at tp {tp} "
                              "(use --step-model calibrated)")
     else:
@@ -65,9 +62,10 @@ def make_calibrated(model: ModelConfig, gpu: GpuSpec, tp: int,
 
 def make_auto(model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype: str) -> StepModel:
     """fit where a shipped artefact matches, else the plain roofline."""
-    if find_shipped(model, gpu, tp, _resolved_kv(model, kv_cache_dtype)) is not None:
+    kv = run_kv_dtype(model, kv_cache_dtype)
+    if find_shipped(model, gpu, tp, kv) is not None:
         return make_fit("", model, gpu, tp, kv_cache_dtype, "auto")
     roof = RooflineStepModel(model, gpu, tp, kv_cache_dtype=kv_cache_dtype)
     roof.description = (f"roofline (datasheet peaks, uncalibrated: no shipped calibration for "
-                        f"{model.name} on {gpu.name} at tp {tp})")
+                        f"{model.name} ({model.dtype}, kv {kv}) on {gpu.name} at tp {tp})")
     return roof

@@ -110,6 +110,31 @@ def test_every_step_executed_once_with_logged_shapes(tmp_path: Path,
     assert len(sec.rows) == 11
 
 
+def test_fp8_log_runs_on_fp8_caches(tmp_path: Path) -> None:
+    """An fp8 log (bf16 model, `kv_cache_dtype` fp8, scales 0.5 / 2): every step runs once on
+    the logged shapes, every attention launch reads a float8_e4m3fn cache with the logged
+    scales, and the header records the fp8 cache at one byte per value (bf16 would be two)."""
+    fp8 = {"kv_cache_dtype": "fp8", "k_scale": 0.5, "v_scale": 2.0}
+    log = scenario_log(tmp_path / "log.jsonl.gz", dtype="bf16", arch=fp8)
+    raw = {o["step"]: o for o in _raw(log) if o["kind"] == "step"}
+    traces: dict[int, list[dict[str, Any]]] = {}
+    opts = RunOptions(traces=traces, execution=ExecOptions(timing=TimingOptions(parts=False)))
+    execute_log(log, tmp_path / "out.jsonl", opts)
+    header, *rows = _lines(tmp_path / "out.jsonl")
+    assert [r["step"] for r in rows] == sorted(raw) == list(range(11))
+    for row in rows:
+        _check_trace(raw[row["step"]], row, traces[row["step"]], 2, 2)
+        attn = [t for t in traces[row["step"]] if t["op"] == "attention"]
+        assert {(t["cache_dtype"], t["k_scale"], t["v_scale"]) for t in attn} == \
+            {("torch.float8_e4m3fn", 0.5, 2.0)}
+    model, memory = header["model"], header["memory"]
+    assert (model["dtype"], model["kv_cache_dtype"]) == ("bfloat16", "fp8_e4m3")
+    values = 2 * 2 * header["num_gpu_blocks"] * header["block_size"] * model["num_kv_heads"] \
+        * model["head_dim"]
+    assert (memory["kv_dtype"], memory["kv_bytes"]) == ("float8_e4m3fn", values)
+    assert (memory["k_scale"], memory["v_scale"]) == (0.5, 2.0)
+
+
 def test_sampling_caps_and_covers_every_class(tmp_path: Path) -> None:
     """A long log: at most `per_class` steps of each class, every class executed."""
     log = long_log(tmp_path / "log.jsonl.gz")
@@ -146,12 +171,21 @@ def test_output_format_and_atomic_write(tmp_path: Path) -> None:
     assert [p.name for p in out.parent.iterdir()] == ["steps.jsonl"]
 
 
-def _bad_log(tmp_path: Path) -> Path:
+def _bad_log(tmp_path: Path, **model: Any) -> Path:
     kit = LogKit()
     kit.add("a", [1, 2, 3, 4, 5])
     kit.step({"a": None})
     del kit.lines[0]["model"]["vocab_size"]
+    kit.lines[0]["model"].update(model)
     return kit.write(tmp_path / "bad.jsonl.gz")
+
+
+def test_e5m2_cache_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An fp8 e5m2 cache is refused in one line naming the field (the kernels take e4m3)."""
+    bad = _bad_log(tmp_path, kv_cache_dtype="fp8_e5m2", vocab_size=1024)
+    assert main([str(bad), "--device", "cpu", "--out", str(tmp_path / "o.jsonl")]) == 2
+    [err] = capsys.readouterr().err.strip().splitlines()
+    assert "field 'model.kv_cache_dtype' = 'fp8_e5m2'" in err and "e4m3" in err
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -29,6 +29,14 @@ def test_header_fields_are_read() -> None:
     assert Architecture.from_header(_model(rope_theta=None), "f:1").rope_theta is None
 
 
+@pytest.mark.parametrize("name", ["fp8", "fp8_e4m3", "FP8"])
+def test_fp8_cache_read(name: str) -> None:
+    """vLLM's fp8 names mean an e4m3 cache beside bf16 weights; auto is the weights' dtype."""
+    a = Architecture.from_header(_model(kv_cache_dtype=name), "f:1")
+    assert (a.dtype, a.kv_cache_dtype, a.fp8_kv) == ("bfloat16", "fp8_e4m3", True)
+    assert not Architecture.from_header(_model(), "f:1").fp8_kv
+
+
 @pytest.mark.parametrize("field", sorted(HEADER_FIELDS))
 def test_missing_field_is_named(field: str) -> None:
     """Each architecture field is required; the error names file, line and field."""
@@ -60,7 +68,11 @@ def test_inconsistent_values_are_log_errors() -> None:
     with pytest.raises(LogError, match="num_experts_per_tok"):
         Architecture.from_header(_model(**{**MOE, "num_experts_per_tok": 9}), "f:1")
     with pytest.raises(LogError, match="model.kv_cache_dtype"):
-        Architecture.from_header(_model(kv_cache_dtype="fp8"), "f:1")
+        Architecture.from_header(_model(kv_cache_dtype="int8"), "f:1")
+    with pytest.raises(LogError, match="f:1: .*model.kv_cache_dtype.*e4m3.*not e5m2"):
+        Architecture.from_header(_model(kv_cache_dtype="fp8_e5m2"), "f:1")
+    with pytest.raises(LogError, match="kv_cache_dtype float16 differs from dtype bfloat16"):
+        Architecture.from_header(_model(kv_cache_dtype="fp16"), "f:1")
     with pytest.raises(LogError, match="sliding_window"):
         Architecture.from_header(_model(sliding_window=0), "f:1")
 
@@ -117,3 +129,53 @@ def test_mxfp4_experts_refused() -> None:
     model = _model(expert_dtype="mxfp4")
     with pytest.raises(LogError, match="model.expert_dtype"):
         Architecture.from_header(model, "log:1")
+
+
+def test_attention_variants_read() -> None:
+    """Sinks and per-layer types: a layer's window is the model's on sliding layers only;
+    without layer_types every layer has the model's window."""
+    a = Architecture.from_header(_model(attention_sinks=True, sliding_window=128,
+                                        layer_types=["sliding_attention", "full_attention"]),
+                                 "f:1")
+    assert a.attention_sinks and [a.window(i) for i in range(2)] == [128, None]
+    b = Architecture.from_header(_model(sliding_window=64), "f:1")
+    assert not b.attention_sinks and [b.window(i) for i in range(2)] == [64, 64]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"attention_sinks": 1}, "model.attention_sinks' has type int"),
+    ({"layer_types": "sliding_attention"}, "model.layer_types' must be null or a list"),
+    ({"layer_types": ["full_attention"]}, "layer_types must list 2 of"),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, "need a sliding_window"),
+    ({"layer_types": ["chunked_attention", "full_attention"], "sliding_window": 8},
+     "layer_types must list 2"),
+])
+def test_bad_attention_variants_named(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(LogError, match=rf"f:1: .*{message}"):
+        Architecture.from_header(_model(**extra), "f:1")
+
+
+GPT_OSS = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+           "num_hidden_layers": 4, "hidden_size": 2880, "head_dim": 64,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 2880,
+           "num_local_experts": 32, "num_experts_per_tok": 4, "vocab_size": 201088,
+           "sliding_window": 128, "rope_theta": 150000, "attention_bias": True,
+           "layer_types": ["sliding_attention", "full_attention"] * 2,
+           "torch_dtype": "bfloat16",
+           "quantization_config": {"quant_method": "mxfp4"}}
+
+
+def test_hf_gpt_oss() -> None:
+    """gpt-oss as shipped (MXFP4 experts) is refused naming the field; dequantised, its
+    attention has sinks, a QKV bias and windows on the sliding layers only (transformers'
+    alternation where layer_types is absent)."""
+    with pytest.raises(ValueError, match=r"quantization_config.quant_method = 'mxfp4': the "
+                                         r"executor runs experts in the model dtype only"):
+        Architecture.from_hf_config(GPT_OSS, "c.json")
+    bf16 = {k: v for k, v in GPT_OSS.items() if k != "quantization_config"}
+    a = Architecture.from_hf_config(bf16, "c.json")
+    assert a.attention_sinks and a.qkv_bias and (a.num_experts, a.num_experts_per_tok,
+                                                 a.moe_intermediate_size) == (32, 4, 2880)
+    assert [a.window(i) for i in range(4)] == [128, None, 128, None] and a.head_dim == 64
+    b = Architecture.from_hf_config({k: v for k, v in bf16.items() if k != "layer_types"}, "c")
+    assert b.layer_types == a.layer_types

@@ -9,6 +9,7 @@ from types import ModuleType
 import pytest
 
 from kernels.validate.log import StepRecord
+from sim.cost.calibration import kv_dtype_of
 from tests.benchkit import load_benchmark
 
 TINY = {"architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 2, "hidden_size": 32,
@@ -115,3 +116,46 @@ def test_a_failing_point_keeps_the_measured_ones(cal: ModuleType, tmp_path: Path
     art = json.loads(out.read_text())
     assert "illegal memory access" in art["error"] and len(art["skipped"]) == 3
     assert [p["step"] for p in art["points"]] == [0]
+
+
+def test_fp8_cache_artefact(cal: ModuleType, tmp_path: Path) -> None:
+    """--kv-cache-dtype fp8: every point runs on float8_e4m3fn caches (one byte a value) and
+    the artefact's model records the cache dtype, as sim/cost/calibration.py reads it."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**TINY, "architectures": ["LlamaForCausalLM"]}))
+    out = tmp_path / "cal.json"
+    assert cal.main(["--model-json", str(cfg), "--grid", "tiny", "--device", "cpu",
+                     "--out", str(out), "--no-parts", "--kv-cache-dtype", "fp8"]) == 0
+    art = json.loads(out.read_text())
+    assert (art["model"]["dtype"], art["model"]["kv_cache_dtype"]) == ("bfloat16", "fp8_e4m3")
+    assert art["kv_cache_dtype"] == "fp8_e4m3" and art["memory"]["kv_dtype"] == "float8_e4m3fn"
+    blocks = cal.pool_blocks(cal.GRIDS["tiny"], 16)
+    assert art["memory"]["kv_bytes"] == 2 * 2 * blocks * 16 * 1 * 16
+    assert len(art["points"]) == len(cal.GRIDS["tiny"])
+    assert kv_dtype_of(art["model"], "cal.json") == "fp8_e4m3"
+
+
+def test_e5m2_refused(cal: ModuleType, tmp_path: Path,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert cal.main(["--device", "cpu", "--out", str(tmp_path / "o.json"),
+                     "--kv-cache-dtype", "fp8_e5m2"]) == 2
+    [err] = capsys.readouterr().err.strip().splitlines()
+    assert "--kv-cache-dtype" in err and "not e5m2" in err
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_gpt_oss_attention_grid(cal: ModuleType, tmp_path: Path) -> None:
+    """A dequantised gpt-oss config (tiny): every point runs with sinks and alternating
+    windowed / full layers, recorded in the artefact's model."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**TINY, "architectures": ["GptOssForCausalLM"],
+                               "num_local_experts": 4, "intermediate_size": 16,
+                               "sliding_window": 4}))
+    out = tmp_path / "cal.json"
+    assert cal.main(["--model-json", str(cfg), "--grid", "tiny", "--device", "cpu",
+                     "--out", str(out), "--no-parts"]) == 0
+    art = json.loads(out.read_text())
+    model = art["model"]
+    assert model["attention_sinks"] is True and model["sliding_window"] == 4
+    assert model["layer_types"] == ["sliding_attention", "full_attention"]
+    assert len(art["points"]) == len(cal.GRIDS["tiny"]) and art["complete"] is True

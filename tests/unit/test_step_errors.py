@@ -22,3 +22,23 @@ def test_error_report_on_synthetic_artefacts(tmp_path: Path) -> None:
     assert held_rows and all(abs(r["fit"]["total"] / r["total"] - 1) < 1e-3 for r in held_rows)
     assert max(abs(r["roofline"]["total"] / r["total"] - 1) for r in rows) > 0.2
     assert "calibrated" in rows[0]
+
+
+def test_fp8_artefact_is_its_own_row(tmp_path: Path) -> None:
+    """A Llama-3-8B fp8-cache artefact beside its bf16 one: two rows (not joined), the fp8
+    row's roofline attention reading half the KV bytes of the bf16 row's at the same shapes."""
+    errors = load_benchmark("step_errors")
+    bf16 = _artefact(tmp_path, _points(0.0), file="bf16.json")
+    fp8 = tmp_path / "fp8.json"
+    data = json.loads(bf16.read_text())
+    data["model"]["kv_cache_dtype"] = "fp8_e4m3"
+    fp8.write_text(json.dumps(data))
+    out = tmp_path / "rows.json"
+    assert errors.main([str(bf16), str(fp8), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert set(rows) == {"Llama-3-8B", "Llama-3-8B kv fp8_e4m3"}
+    pairs = [(a, b) for a, b in zip(rows["Llama-3-8B"], rows["Llama-3-8B kv fp8_e4m3"])
+             if a["kind"] == "decode" and a["shape"][1] >= 4096]
+    assert pairs and all(a["shape"] == b["shape"] for a, b in pairs)
+    assert all(0.4 < b["roofline"]["attention"] / a["roofline"]["attention"] < 0.6
+               for a, b in pairs)

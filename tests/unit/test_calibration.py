@@ -1,0 +1,105 @@
+"""sim/cost/calibration.py: an artefact matches a run only with the same KV cache dtype.
+
+A bf16 artefact (no `model.kv_cache_dtype`, as the shipped ones before fp8, or "bfloat16") is
+fitted for bf16-cache runs only, an fp8 one (`fp8_e4m3`) for `--kv-cache-dtype fp8` /
+`fp8_e4m3` runs only; `auto` picks the matching shipped artefact or falls back to the roofline,
+and its description says which.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cost import calibration
+from sim.cost.calibration import read_calibration, run_kv_dtype
+from sim.cost.fit_terms import TERMS
+from sim.cost.gpus import get_gpu
+from sim.cost.models import get_model
+from sim.cost.step_fit import samples
+from sim.cost.step_model import make_step_model
+from tests.unit.test_step_fit import _artefact, _points
+
+MODEL, GPU = get_model("Llama-3-8B"), get_gpu("H200-141GB")
+
+
+def _cal(tmp_path: Path, kv: str | None, file: str) -> Path:
+    path = _artefact(tmp_path, _points(0.0), file=file)
+    data = json.loads(path.read_text())
+    if kv is not None:
+        data["model"]["kv_cache_dtype"] = kv
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(("kv", "runs", "not_runs"), [
+    (None, ["auto", "bf16"], ["fp8", "fp8_e4m3", "fp8_e5m2", "fp16"]),
+    ("bfloat16", ["auto", "bf16"], ["fp8", "fp8_e4m3"]),
+    ("fp8_e4m3", ["fp8", "fp8_e4m3", "FP8"], ["auto", "bf16", "fp8_e5m2"]),
+], ids=["bf16-no-field", "bf16", "fp8"])
+def test_matches_compares_the_kv_cache_dtype(tmp_path: Path, kv: str | None, runs: list[str],
+                                             not_runs: list[str]) -> None:
+    cal = read_calibration(_cal(tmp_path, kv, "cal.json"))
+    assert cal.kv_dtype == ("fp8_e4m3" if kv == "fp8_e4m3" else "bf16")
+    for run in runs:
+        assert cal.matches(MODEL, GPU, 1, run), run
+    for run in not_runs:
+        assert not cal.matches(MODEL, GPU, 1, run), run
+    assert not cal.matches(MODEL, GPU, 2, runs[0])
+
+
+def test_unknown_kv_field_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"cal.json: field 'model.kv_cache_dtype' = 'int4'"):
+        read_calibration(_cal(tmp_path, "int4", "cal.json"))
+
+
+def test_run_kv_names() -> None:
+    assert [run_kv_dtype(MODEL, k) for k in ("auto", "bf16", "fp8", "fp8_e4m3")] == \
+        ["bf16", "bf16", "fp8_e4m3", "fp8_e4m3"]
+
+
+def test_fp8_features_read_one_byte_per_value(tmp_path: Path) -> None:
+    """The fit's attention memory term of an fp8 artefact's decode points is the roofline's at
+    one byte per cached value: about half the bf16 artefact's for the same points."""
+    bf16 = samples(read_calibration(_cal(tmp_path, None, "a.json")))
+    fp8 = samples(read_calibration(_cal(tmp_path, "fp8_e4m3", "b.json")))
+    mem = TERMS.index("mem")
+    decodes = [(b, f) for b, f in zip(bf16, fp8) if b.kind == "decode"]
+    assert len(decodes) == 36
+    assert all(0.5 <= f.rows[0][mem] / b.rows[0][mem] < 0.52 for b, f in decodes)
+    assert all(f.rows[1] == b.rows[1] for b, f in decodes)  # the GEMMs are the same
+
+
+@pytest.fixture
+def shipped_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "shipped"
+    folder.mkdir()
+    monkeypatch.setattr(calibration, "SHIPPED_DIR", folder)
+    return folder
+
+
+def test_auto_uses_the_artefact_of_the_runs_kv_dtype(shipped_dir: Path) -> None:
+    """With a bf16 and an fp8 artefact shipped, auto fits the one of the run's cache dtype."""
+    _cal(shipped_dir, None, "h200_llama_bf16.json")
+    _cal(shipped_dir, "fp8_e4m3", "h200_llama_fp8.json")
+    bf16 = make_step_model("auto", MODEL, GPU).description
+    fp8 = make_step_model("auto", MODEL, GPU, kv_cache_dtype="fp8").description
+    assert bf16.startswith("fit: sim/cost/calibrations/h200_llama_bf16.json (")
+    assert "more" not in bf16 and "kv" not in bf16.split(")")[0]
+    assert fp8.startswith("fit: sim/cost/calibrations/h200_llama_fp8.json (")
+    assert "of Llama-3-8B, kv fp8_e4m3 on" in fp8 and "more" not in fp8
+
+
+def test_auto_without_an_fp8_artefact_is_the_roofline(shipped_dir: Path) -> None:
+    """Only a bf16 artefact shipped: an fp8 run falls back to the roofline and says why;
+    'fit' refuses, naming the cache dtype; fit:FILE of the bf16 file is refused too."""
+    path = _cal(shipped_dir, None, "h200_llama_bf16.json")
+    step = make_step_model("auto", MODEL, GPU, kv_cache_dtype="fp8")
+    assert step.description.startswith("roofline (datasheet peaks, uncalibrated: no shipped "
+                                       "calibration for Llama-3-8B (bf16, kv fp8_e4m3) on")
+    with pytest.raises(ValueError, match=r"no shipped calibration .* kv fp8_e4m3"):
+        make_step_model("fit", MODEL, GPU, kv_cache_dtype="fp8")
+    with pytest.raises(ValueError, match=r"measured for Llama-3-8B \(bf16, kv bf16\).*kv "
+                                         r"fp8_e4m3"):
+        make_step_model(f"fit:{path}", MODEL, GPU, kv_cache_dtype="fp8")
