@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "ragged": lambda: bench_ragged(t16, args.ab), "fp8": lambda: bench_fp8(t16, t8),
         "extend": lambda: bench_extend(t16), "mixed": lambda: bench_mixed(t16),
         "prefill": lambda: bench_prefill(t16), "fp8_ab": lambda: kernel_ab.fp8_ab(t16, t8),
-        "extend_ab": lambda: kernel_ab.extend_ab(t16),
+        "extend_ab": lambda: kernel_ab.extend_ab(t16), "mixed_ab": lambda: kernel_ab.mixed_ab(t16),
         "host": lambda: kernel_ab.host(t16, t8),
         "sdpa": lambda: {f"{b}x{c}_us": sdpa_decode(t16, [c] * b) for b, c in ((64, 4096),
                                                                             (16, 16384))},

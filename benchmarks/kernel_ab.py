@@ -36,6 +36,15 @@ EXTEND_VARIANTS = {
     "tab64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, fused_reduce=False,
                               pipeline="table_asm"),
 }
+# Decode items inside a mixed launch (which runs with the query tiles' 4 warps and 3 stages).
+MIXED_VARIANTS = {
+    "d32w4": DecodeConfig(block_n=32, num_warps=4),
+    "d32w4tab": DecodeConfig(block_n=32, num_warps=4, pipeline="table_asm"),
+    "d64w4tab": DecodeConfig(block_n=64, num_warps=4, pipeline="table_asm"),
+    "d16w4": DecodeConfig(block_n=16, num_warps=4),
+}
+MIXED_CASES = (([4096] * 64, [2048], [0]), ([2048] * 32, [512, 512], [4096, 0]),
+               ([1024] * 128, [1024], [8192]))
 # bf16 candidates, timed beside the shipped bf16 kernel in every A/B section
 BF16_VARIANTS = {
     "tab64w2s3": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm"),
@@ -113,6 +122,25 @@ def extend_ab(t16: AttentionTimer) -> list[dict]:
                **{f"{k}_graph_x": graphs[k] / graphs["decode"] for k in fns if k != "decode"}}
         rows.append(row)
         print(f"extend_ab {row}", flush=True)
+    return rows
+
+
+def mixed_ab(t16: AttentionTimer) -> list[dict]:
+    """Mixed batches in one launch (shipped, and MIXED_VARIANTS for the decode items) against
+    the decode and prefill as two calls, alternated; `*_x` = one launch / two calls."""
+    rows = []
+    for dec, new, prefix in MIXED_CASES:
+        d, p = t16.decode_call(dec), t16.extend_call(new, prefix)
+        fns = {"mixed": t16.mixed_call(dec, new, prefix),
+               "two_calls": lambda d=d, p=p: (d(), p())}
+        fns.update({k: t16.mixed_call(dec, new, prefix, decode_config=c)
+                    for k, c in MIXED_VARIANTS.items()})
+        times = alternate(fns, 5)
+        rows.append({"decodes": f"{len(dec)} x {dec[0]}", "chunks": list(zip(new, prefix)),
+                     **{f"{k}_us": v for k, v in times.items()},
+                     **{f"{k}_x": v / times["two_calls"] for k, v in times.items()
+                        if k != "two_calls"}})
+        print(f"mixed_ab {rows[-1]}", flush=True)
     return rows
 
 

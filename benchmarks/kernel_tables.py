@@ -29,6 +29,7 @@ def print_tables(r: dict) -> None:
     if isinstance(r.get("copy"), dict) and "tbps" in r["copy"]:
         print(f"copy: {r['copy']['tbps']:.2f} TB/s (read + write of a 4 GiB copy)")
     for name in ("decode", "ragged", "fp8", "fp8_ab", "host", "extend", "extend_ab", "mixed",
+                 "mixed_ab",
                  "prefill", "sdpa", "cache_ops"):
         val = r.get(name)
         if val is None:
@@ -70,6 +71,11 @@ def _summary(r: dict) -> None:
             xs = " ".join(f"{k[:-8]}:{v:.2f}x" for k, v in row.items() if k.endswith("_graph_x"))
             print(f"extend {row['seqs']} seqs: decode graph {row['decode_graph_us']:.1f} us |"
                   f" graph {xs}")
+    for row in r.get("mixed_ab") or []:
+        if isinstance(row, dict) and "two_calls_us" in row:
+            xs = " ".join(f"{k[:-2]}:{v:.2f}x" for k, v in row.items() if k.endswith("_x"))
+            print(f"mixed {row['decodes']} + {row['chunks']}: two calls {row['two_calls_us']:.1f}"
+                  f" us | {xs}")
     for row in r.get("ragged") or []:
         if isinstance(row, dict) and "new_us" in row:
             tb = " ".join(f"{k[:-5]}:{v:.3f}" for k, v in row.items() if k.endswith("_tbps")
