@@ -124,7 +124,8 @@ class FastBlockHasher:
         if num_blocks == 0:
             return []
         blocks = tokens[: num_blocks * bs].astype(np.uint64).reshape(num_blocks, bs)
-        ahead = ahead_tokens(tokens, np.arange(num_blocks) * bs, bs, self.lookahead)
+        ahead = (ahead_tokens(tokens, np.arange(num_blocks) * bs, bs, self.lookahead)
+                 if self.lookahead else None)
         if parent is None:
             seed = self._lanes.seed
         else:
