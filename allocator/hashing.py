@@ -2,7 +2,8 @@
 
 A block's hash is chained: it covers the parent block's hash, the block's own token ids and the
 block's extra keys (LoRA, cache salt), so block i's hash identifies tokens 0..(i+1)*bs-1.
-Only full blocks are hashed. The hash function is injectable (``hash_fn(obj) -> bytes``,
+Only full blocks are hashed; with a lookahead L (vLLM 0.33, EAGLE) also the L tokens after the
+block, as extra keys ``(keys, *next_tokens)``, so the hash exists once they do. The hash function is injectable (``hash_fn(obj) -> bytes``,
 ``allocator/hash_fns.py``); the default is sha256 over pickle protocol 5, byte-for-byte the
 same as vLLM's.
 """
@@ -28,8 +29,8 @@ __all__ = [  # the hash functions are re-exported: callers name them as this mod
     "BlockHash", "BlockHashListWithBlockSize", "BlockHashWithGroupId", "HashFn", "Request",
     "RequestBlockHasher", "blake2b", "generate_block_hash_extra_keys", "get_block_hash",
     "get_group_id", "get_hash_fn_by_name", "get_request_block_hasher", "group_id_suffix",
-    "hash_block_tokens", "init_none_hash", "make_block_hash_with_group_id", "sha256",
-    "sha256_cbor", "xxhash", "xxhash_cbor",
+    "hash_block_tokens", "init_none_hash", "lookahead_extra_keys", "make_block_hash_with_group_id",
+    "num_hashable_blocks", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor",
 ]
 
 BlockHash = bytes
@@ -119,6 +120,20 @@ def get_group_id(key: BlockHashWithGroupId) -> int:
     return int.from_bytes(key[-4:], "big", signed=False)
 
 
+def num_hashable_blocks(num_tokens: int, block_size: int, lookahead: int = 0) -> int:
+    """How many leading blocks of ``num_tokens`` tokens have a hash: the full blocks followed
+    by their ``lookahead`` tokens (vLLM 0.33's lookahead hashes; 0: every full block)."""
+    return max(num_tokens - lookahead, 0) // block_size
+
+
+def lookahead_extra_keys(
+    extra_keys: tuple[Any, ...] | None, token_ids: Sequence[int], end: int, lookahead: int
+) -> tuple[Any, ...]:
+    """A lookahead hash's extra keys, as vLLM 0.33 builds them for the block ending at ``end``:
+    ``(keys, next_token)`` for one token, ``(keys, *next_tokens)`` for more."""
+    if lookahead == 1:
+        return (extra_keys, token_ids[end])
+    return (extra_keys, *token_ids[end : end + lookahead])
 
 
 class Request(Protocol):
@@ -169,11 +184,12 @@ class RequestBlockHasher:
     """Callable ``hasher(request) -> list[BlockHash]`` returning the request's new full-block hashes.
 
     It continues from ``len(request.block_hashes) * block_size`` and returns ``[]`` while the next
-    block is incomplete. ``block_size`` is public so :class:`Request` can skip the call cheaply.
+    block is incomplete (with ``lookahead`` L, until its L next tokens exist too).
+    ``block_size`` and ``lookahead`` are public so :class:`Request` can skip the call cheaply.
     The seed is captured at construction (``NONE_HASH``, initialised with ``hash_fn`` if unset).
     """
 
-    __slots__ = ("block_size", "extra_keys", "hash_fn", "none_hash")
+    __slots__ = ("block_size", "extra_keys", "hash_fn", "lookahead", "none_hash")
 
     def __init__(
         self,
@@ -181,12 +197,16 @@ class RequestBlockHasher:
         hash_fn: HashFn,
         none_hash: BlockHash | None = None,
         extra_keys: str = "plain",
+        lookahead: int = 0,
     ):
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         if extra_keys not in EXTRA_KEY_FORMATS:
             raise ValueError(f"extra_keys must be one of {EXTRA_KEY_FORMATS}, got {extra_keys!r}")
+        if lookahead < 0:
+            raise ValueError(f"lookahead must be >= 0, got {lookahead}")
         self.block_size = block_size
+        self.lookahead = lookahead
         self.extra_keys = extra_keys
         self.hash_fn = hash_fn
         if none_hash is None:
@@ -196,37 +216,41 @@ class RequestBlockHasher:
     def __call__(self, request: Request) -> list[BlockHash]:
         block_size = self.block_size
         block_hashes = request.block_hashes
-        start = len(block_hashes) * block_size
+        done = len(block_hashes)
         token_ids = request.all_token_ids
-        num_tokens = len(token_ids)
-        if start + block_size > num_tokens:
+        lookahead = self.lookahead
+        num_blocks = num_hashable_blocks(len(token_ids), block_size, lookahead)
+        if done >= num_blocks:
             return []
         hash_fn = self.hash_fn
         parent = block_hashes[-1] if block_hashes else self.none_hash
         plain = request.lora_name is None and not request.cache_salt
         extra_keys = self.extra_keys
         new_hashes: list[BlockHash] = []
-        while start + block_size <= num_tokens:
+        for start in range(done * block_size, num_blocks * block_size, block_size):
             end = start + block_size
             extra = (
                 None
                 if plain
                 else generate_block_hash_extra_keys(request, start, end, 0, extra_keys)[0]
             )
+            if lookahead:
+                extra = lookahead_extra_keys(extra, token_ids, end, lookahead)
             parent = hash_fn((parent, tuple(token_ids[start:end]), extra))
             new_hashes.append(parent)
-            start = end
         return new_hashes
 
 
 def get_request_block_hasher(
-    block_size: int, caching_hash_fn: HashFn, extra_keys: str = "plain"
+    block_size: int, caching_hash_fn: HashFn, extra_keys: str = "plain", lookahead: int = 0
 ) -> RequestBlockHasher:
     """Return the block hasher that :class:`Request` calls on creation and on every append.
 
-    ``extra_keys`` is the profile's extra-key format (``VllmProfile.extra_keys``).
+    ``extra_keys`` is the profile's extra-key format (``VllmProfile.extra_keys``), ``lookahead``
+    the tokens after each block its hash covers (``profiles.num_hash_lookahead_tokens``).
     """
-    return RequestBlockHasher(block_size, caching_hash_fn, extra_keys=extra_keys)
+    return RequestBlockHasher(block_size, caching_hash_fn, extra_keys=extra_keys,
+                              lookahead=lookahead)
 
 
 class BlockHashListWithBlockSize:

@@ -92,7 +92,10 @@ class KVCacheManager:
         self._in_flight_free = vllm_profile.async_in_flight_swa_free
         self.use_eagle = False
         """EAGLE speculative decoding: a prefix hit drops its last block (its draft KV
-        depends on the token after it); set by the owner before the first lookup."""
+        depends on the token after it) unless ``hash_lookahead_tokens``; set by the owner."""
+        self.hash_lookahead_tokens = 0
+        """The requests' hasher's ``lookahead`` (``profiles.num_hash_lookahead_tokens``): a
+        hit's hashes prove the token after it, so EAGLE drops no block (vLLM 0.33)."""
         self.empty_kv_cache_blocks = KVCacheBlocks(((),))
         # allocate_slots may skip its staged form unless the group frees blocks early or a
         # watermark applies (it depends on the request's status).
@@ -136,7 +139,7 @@ class KVCacheManager:
             [0],
             self.block_pool,
             manager.kv_cache_spec,
-            self.use_eagle,
+            self.use_eagle and not self.hash_lookahead_tokens,
         )
         num_new_computed_tokens = len(computed_blocks[0]) * self.block_size
         if self.prefix_cache_stats is not None:

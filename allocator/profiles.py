@@ -67,6 +67,9 @@ class VllmProfile:
             in ``every_check`` (0.20) or in the ``full_sequence`` check only (0.21+).
         watermark: the ``watermark`` default (fraction of blocks kept free when admitting),
             None where the option does not exist.
+        hash_lookahead: with EAGLE and prefix caching on, a block's hash also covers the token
+            after it (exists once that token does), and prefix hits keep their last block;
+            False hashes blocks alone and drops it (:func:`num_hash_lookahead_tokens`).
 
     Scheduler and engine (plain data):
         reserve_full_isl: admit a waiting request only if its whole prompt fits (C7).
@@ -110,6 +113,7 @@ class VllmProfile:
     full_sequence_check: str = "none"
     swa_admission_cap: str = "none"
     watermark: float | None = None
+    hash_lookahead: bool = False
     reserve_full_isl: bool = False
     swa_admission_cap_tokens: str = "max_num_batched_tokens"
     long_prefill_lone_request: bool = False
@@ -181,7 +185,7 @@ CHANGES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("0.32", {"cascade_prefix": "zeros"}),
     ("0.33", {"null_block_ref_cnt": "untracked", "priority_self_preemption_continue": True,
               "output_caching": "async_or_spec", "draft_padding": "with_running_or_hit",
-              "draft_input_slots": True}),
+              "draft_input_slots": True, "hash_lookahead": True}),
 )
 """The release table: (first release, the switches it changed). 0.15-0.18 change nothing."""
 
@@ -272,7 +276,7 @@ def distinct_profiles() -> list[VllmProfile]:
 ALLOCATOR_SWITCHES = (
     "free_order", "null_block_ref_cnt", "extra_keys", "cascade_prefix", "swa_cache_mask",
     "prefix_cache_retention_interval", "ext_clamp", "zero_token_adopt", "none_hash_seed",
-    "full_sequence_check", "swa_admission_cap", "watermark",
+    "full_sequence_check", "swa_admission_cap", "watermark", "hash_lookahead",
 )
 """The fields the block manager reads (the rest is scheduler and engine data)."""
 
@@ -280,3 +284,17 @@ ALLOCATOR_SWITCHES = (
 def allocator_switches(profile: VllmProfile) -> tuple[Any, ...]:
     """The values of :data:`ALLOCATOR_SWITCHES`, in that order."""
     return tuple(getattr(profile, name) for name in ALLOCATOR_SWITCHES)
+
+
+HASH_LOOKAHEAD_METHODS = ("eagle",)
+"""Drafting methods whose hashes look ahead (vLLM: EAGLE, EAGLE-3 and MTP; pagedsim drafts
+EAGLE only). Their drafter's KV at a block's last position reads the token after it."""
+
+
+def num_hash_lookahead_tokens(profile: VllmProfile, spec_method: str | None,
+                              enable_caching: bool) -> int:
+    """Tokens after each block that its hash covers (vLLM 0.33's ``VllmConfig.
+    num_hash_lookahead_tokens``; no KV connector here): 1 for EAGLE with prefix caching on
+    under ``hash_lookahead``, else 0. Block hashers take it; so does the KV-cache manager."""
+    on = profile.hash_lookahead and enable_caching and spec_method in HASH_LOOKAHEAD_METHODS
+    return 1 if on else 0

@@ -31,8 +31,8 @@ class Request:
 
     Invariants:
         ``all_token_ids == prompt_token_ids + output_token_ids``; ``block_hashes`` holds the
-        chained hash of every full block of ``all_token_ids`` when a block hasher is set (and
-        stays empty when it is None); ``0 <= num_computed_tokens <= num_tokens`` is kept by the
+        chained hash of every full block of ``all_token_ids`` when a block hasher is set (of
+        every block followed by the hasher's ``lookahead`` tokens; empty without a hasher); ``0 <= num_computed_tokens <= num_tokens`` is kept by the
         caller (the scheduler), not checked here.
 
     ``final_output_len`` is simulation-only: the true number of output tokens the request will
@@ -43,6 +43,7 @@ class Request:
     __slots__ = (
         "_all_token_ids",
         "_block_hasher",
+        "_hash_lookahead",
         "_hash_step",
         "_next_hash_at",
         "_output_token_ids",
@@ -125,12 +126,15 @@ class Request:
         self.num_in_flight_tokens = 0
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
-        # A hasher that publishes its block size is only called when a block fills up;
-        # any other callable is called on every append (step 0), as vLLM does.
+        # A hasher that publishes its block size is only called when a block fills up (and
+        # its published ``lookahead`` tokens after it exist); any other callable is called on
+        # every append (step 0), as vLLM does.
         hash_block_size = getattr(block_hasher, "block_size", None)
         self._hash_step = (
             hash_block_size if isinstance(hash_block_size, int) and hash_block_size > 0 else 0
         )
+        lookahead = getattr(block_hasher, "lookahead", 0)
+        self._hash_lookahead = lookahead if isinstance(lookahead, int) and lookahead > 0 else 0
         self._next_hash_at = sys.maxsize
 
     @property
@@ -180,7 +184,7 @@ class Request:
         assert hasher is not None
         block_hashes = self.block_hashes
         block_hashes.extend(hasher(self))
-        self._next_hash_at = (len(block_hashes) + 1) * self._hash_step
+        self._next_hash_at = (len(block_hashes) + 1) * self._hash_step + self._hash_lookahead
 
     def __repr__(self) -> str:
         return (

@@ -157,10 +157,11 @@ class SingleTypeKVCacheManager(ABC):
         return new_blocks
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Hash and index the request's blocks that became full within its first ``num_tokens``."""
+        """Hash and index the request's blocks full within ``num_tokens`` that have a hash."""
         request_id = request.request_id
         num_cached_blocks = self.num_cached_block.get(request_id, 0)
-        num_full_blocks = num_tokens // self.block_size
+        num_hashed_tokens = len(request.block_hashes) * self.block_pool.hash_block_size
+        num_full_blocks = min(num_tokens, num_hashed_tokens) // self.block_size  # 0.33 lookahead
         if num_cached_blocks >= num_full_blocks:
             return
         self.block_pool.cache_full_blocks(

@@ -24,6 +24,7 @@ from sim.cli import resolve
 from sim.config import Options, RunConfig
 from sim.results.metrics import RunLog
 from sim.sched.scheduler import Scheduler
+from sim.sched.spec_rules import set_eagle
 from sim.workload.sequence import Group, Seq
 
 FIELDS = {f.name for f in dataclasses.fields(Options)}
@@ -103,9 +104,10 @@ def build(stream: dict[str, Any], version: str) -> tuple[Scheduler, StreamWorklo
         num_gpu_blocks=config["num_blocks"], block_size=config["block_size"],
         max_model_len=config["max_model_len"], enable_caching=config["prefix_caching"],
         log_stats=False, vllm_profile=profile))
-    manager.use_eagle = run.scheduler.use_eagle  # as the engine sets it (sim/engine.py)
-    hasher = (get_request_block_hasher(config["block_size"], sha256, profile.extra_keys)
-              if config["prefix_caching"] else None)
+    # EAGLE and the hash lookahead as the engine sets them (sim/engine.py)
+    lookahead = set_eagle(manager, run.scheduler, config["prefix_caching"])
+    hasher = (get_request_block_hasher(config["block_size"], sha256, profile.extra_keys,
+                                       lookahead) if config["prefix_caching"] else None)
     workload = StreamWorkload(stream["requests"], hasher)
     sched = Scheduler(manager, run, workload, RunLog(len(stream["requests"])))  # type: ignore[arg-type]
     spec = sched.extras.spec if sched.extras is not None else None

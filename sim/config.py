@@ -278,7 +278,8 @@ class SchedulerConfig:
         spec: speculative decoding (``--speculative-config``), or None.
         acceptance: per draft position, the chance it is accepted given the ones before.
         num_lookahead_tokens: draft slots reserved in ``allocate_slots`` (the release's rule).
-        use_eagle: prefix hits drop their last block (EAGLE).
+        use_eagle: EAGLE drafts: prefix hits drop their last block unless the block hashes
+            look ahead (0.33 with prefix caching, ``sched/spec_rules.py:set_eagle``).
         draft_slots: input slots each scheduled request also takes from the step's budget
             for its drafting (a draft model's sequential input, 0.33).
         async_scheduling: the next step is scheduled while one runs (``sched/async_sched.py``).

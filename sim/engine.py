@@ -43,6 +43,7 @@ from sim.sched.admission import fits_empty_pool
 from sim.sched.fast_path import uses_fast_path
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler, SimulationError
+from sim.sched.spec_rules import set_eagle
 from sim.stepping import coast_steps, coast_steps_ahead, drafting, predict
 from sim.workload.block_hash import make_hasher
 from sim.workload.sequence import Group
@@ -186,12 +187,11 @@ def replay(name: str, config: RunConfig, trace: Trace, costs: Costs, *,
     wall = time.perf_counter()
     caching = config.cache.prefix_caching and name not in CONTIGUOUS
     manager = _make_manager(name, config, caching)
-    if config.scheduler.use_eagle and hasattr(manager, "use_eagle"):
-        manager.use_eagle = True
+    lookahead = set_eagle(manager, config.scheduler, caching)
     cache = config.cache
     profile = config.scheduler.vllm_profile
-    workload = Workload(trace, config, make_hasher(cache.block_size, cache.block_hash, profile)
-                        if caching else None)
+    workload = Workload(trace, config, make_hasher(cache.block_size, cache.block_hash, profile,
+                                                   lookahead) if caching else None)
     path = api_path_of(config.cost)
     log = RunLog(len(trace), path.output_s)
     paged = isinstance(manager, PagedKVCacheManager)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocator.profiles import VllmProfile, profile_for
+from allocator.profiles import VllmProfile, num_hash_lookahead_tokens, profile_for
 from sim.config import OptionError, Options, RunConfig, SchedulerConfig, spec_options
 from sim.cost.spec_cost import SpecConfig
 from traces import Trace
@@ -79,6 +79,18 @@ def scheduler_fields(options: Options) -> dict[str, Any]:
             "draft_slots": draft_slots(spec, profile),
             "async_scheduling": async_scheduling(options, spec, profile),
             "async_skip_undelivered": profile.async_skip_undelivered_preempted}
+
+
+def set_eagle(manager: Any, sched: SchedulerConfig, caching: bool) -> int:
+    """Tell a manager that has ``use_eagle`` (the paged one) about EAGLE drafts and its
+    requests' hash lookahead (``hash_lookahead_tokens``, with it no block drop); return the
+    lookahead the block hasher must take (0.33: 1 for EAGLE with prefix caching on)."""
+    method = sched.spec.method if sched.spec is not None else None
+    lookahead = num_hash_lookahead_tokens(sched.vllm_profile, method, caching)
+    if hasattr(manager, "use_eagle"):
+        manager.use_eagle = sched.use_eagle
+        manager.hash_lookahead_tokens = lookahead
+    return lookahead
 
 
 def describe_spec(sched: SchedulerConfig) -> str:

@@ -8,7 +8,9 @@ block's hash is two 64-bit lanes of a chained polynomial over per-block mixed co
     H_i = H_{i-1} * R + c_i   (mod 2**64)               chained like vLLM's parent hash
 
 so H_i identifies tokens 0 .. (i+1)*bs - 1, equal prefixes give equal hashes and unequal ones
-collide with probability about 2**-128: prefix-cache hits are the same as with sha256. A
+collide with probability about 2**-128: prefix-cache hits are the same as with sha256. With a
+lookahead L (vLLM 0.33's EAGLE hashes) c_i also weighs the L tokens after block i (weights
+W_bs .. W_bs+L-1, the same power series), and block i has a hash once they exist. A
 request's extra keys (LoRA name, cache salt; ``allocator.hashing`` builds them in the
 profile's format) are digested once and xor-ed into the mixed content of every block they
 belong to, so requests share blocks exactly when vLLM's keys are equal. All
@@ -31,32 +33,17 @@ from allocator.hashing import (
     get_hash_fn_by_name,
     get_request_block_hasher,
     init_none_hash,
+    num_hashable_blocks,
 )
 from allocator.profiles import DEFAULT_PROFILE, VllmProfile
 from allocator.request import Request
+from sim.workload.hash_lanes import Lanes, ahead_tokens, as_hash_bytes, seed_lanes
+
+__all__ = ["FastBlockHasher", "KeyLanes", "as_hash_bytes", "extra_key_lanes", "make_hasher",
+           "request_key_lanes"]
 
 KeyLanes = tuple[tuple[int, int], tuple[int, int]] | None
 """A request's digested extra keys: (block 0's lanes, every later block's lanes); None: none."""
-
-_U64 = np.uint64
-_MASK = (1 << 64) - 1
-_LANES = (
-    # (multiplier R, content weight base, salt, seed H_{-1}) per lane; odd multipliers.
-    (0x9E3779B97F4A7C15, 0xD6E8FEB86659FD93, 0x2545F4914F6CDD1D, 0x6A09E667F3BCC909),
-    (0xC2B2AE3D27D4EB4F, 0xA0761D6478BD642F, 0x165667B19E3779F9, 0xBB67AE8584CAA73B),
-)
-
-
-_S30, _S27, _S31 = _U64(30), _U64(27), _U64(31)
-_M1, _M2 = _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
-
-
-def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """splitmix64 finaliser (uint64 arithmetic wraps by design)."""
-    x = (x ^ (x >> _S30)) * _M1
-    x = (x ^ (x >> _S27)) * _M2
-    return x ^ (x >> _S31)  # type: ignore[no-any-return]
-
 
 def _digest(extra: tuple[Any, ...] | None) -> tuple[int, int]:
     """Two 64-bit lanes standing for one block's extra keys ((0, 0) for none)."""
@@ -87,76 +74,6 @@ def request_key_lanes(request: Any, block_size: int, extra_keys: str) -> KeyLane
     return extra_key_lanes(request.lora_name, request.cache_salt, block_size, extra_keys)
 
 
-class _Lanes:
-    """Precomputed weights and powers for both 64-bit lanes (column k is lane k)."""
-
-    def __init__(self, block_size: int, seed: list[int] | None = None) -> None:
-        mults = [lane[0] for lane in _LANES]
-        self.mults = mults
-        self.invs = [pow(m, -1, 1 << 64) for m in mults]
-        self.weights = np.array(
-            [[pow(lane[1], block_size - 1 - j, 1 << 64) for lane in _LANES]
-             for j in range(block_size)], dtype=np.uint64)
-        self.salt = np.array([lane[2] for lane in _LANES], dtype=np.uint64)
-        self.seed = seed or [lane[3] for lane in _LANES]
-        self.pow_r = np.ones((1, 2), dtype=np.uint64)
-        self.pow_inv = np.ones((1, 2), dtype=np.uint64)
-
-    def powers(self, count: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-        """R^k and R^-k for k = 1 .. count, shape [count, 2]."""
-        if len(self.pow_r) <= count:
-            size = max(count + 1, 2 * len(self.pow_r), 64)
-            r = [[1, 1] for _ in range(size)]
-            ri = [[1, 1] for _ in range(size)]
-            for k in range(1, size):
-                for lane in (0, 1):
-                    r[k][lane] = r[k - 1][lane] * self.mults[lane] & _MASK
-                    ri[k][lane] = ri[k - 1][lane] * self.invs[lane] & _MASK
-            self.pow_r = np.array(r, dtype=np.uint64)
-            self.pow_inv = np.array(ri, dtype=np.uint64)
-        return self.pow_r[1:count + 1], self.pow_inv[1:count + 1]
-
-    def content(self, blocks: npt.NDArray[np.uint64],
-                keys: npt.NDArray[np.uint64] | None = None) -> npt.NDArray[np.uint64]:
-        """c_i per lane for each row of ``blocks`` ([num_blocks, block_size]), shape [n, 2];
-        ``keys`` ([n, 2], optional) are the blocks' digested extra keys."""
-        mixed = blocks @ self.weights + self.salt
-        if keys is not None:
-            mixed ^= keys
-        return _mix64(mixed)
-
-    def chain(self, blocks: npt.NDArray[np.uint64], parent: list[int],
-              keys: npt.NDArray[np.uint64] | None = None) -> npt.NDArray[np.uint64]:
-        """H_i per lane for each row of ``blocks`` ([num_blocks, block_size]) after ``parent``.
-
-        H_i = R^(i+1) * (parent + sum_{m<=i} R^-(m+1) * c_m), all mod 2**64.
-        """
-        content = self.content(blocks, keys)
-        pow_r, pow_inv = self.powers(len(content))
-        acc = np.cumsum(content * pow_inv, axis=0, dtype=np.uint64)
-        acc += np.array(parent, dtype=np.uint64)
-        return acc * pow_r  # type: ignore[no-any-return]
-
-
-def as_hash_bytes(lanes: npt.NDArray[np.uint64]) -> list[bytes]:
-    """Block hashes as ``FastBlockHasher`` hands them out (16 bytes each) from their
-    [num_blocks, 2] uint64 lanes."""
-    hashes: list[bytes] = np.ascontiguousarray(lanes).view("V16").ravel().tolist()
-    return hashes
-
-
-_FIXED_SEED = hashlib.sha256(b"vllm-none-hash").digest()
-
-
-def _seed_lanes(none_hash_seed: str) -> list[int] | None:
-    """The chain's seed H_-1: vLLM 0.29+'s fixed NONE_HASH seed gives lanes from its digest;
-    under a "random" seed the default lanes stand in for it (a run's requests all share one
-    seed, so it changes no hit, and runs must repeat)."""
-    if none_hash_seed != "fixed":
-        return None
-    return [int.from_bytes(_FIXED_SEED[:8], "little"), int.from_bytes(_FIXED_SEED[8:16], "little")]
-
-
 def _block_keys(keys: KeyLanes, first: bool, count: int) -> npt.NDArray[np.uint64] | None:
     """The [count, 2] extra-key lanes of ``count`` consecutive blocks (``first``: the first of
     them is block 0), or None without keys."""
@@ -172,20 +89,25 @@ def _block_keys(keys: KeyLanes, first: bool, count: int) -> npt.NDArray[np.uint6
 class FastBlockHasher:
     """``hasher(request) -> list[bytes]``: the request's new full-block hashes (16 bytes each).
 
-    Drop-in for ``allocator.hashing.RequestBlockHasher``: it publishes ``block_size`` so that
-    ``Request`` calls it only when a block fills up. ``extra_keys`` is the profile's extra-key
-    format (``VllmProfile.extra_keys``) and ``none_hash_seed`` its NONE_HASH seed switch.
+    Drop-in for ``allocator.hashing.RequestBlockHasher``: it publishes ``block_size`` and
+    ``lookahead`` so that ``Request`` calls it only when a block fills up (and its lookahead
+    tokens exist: ``allocator.hashing.num_hashable_blocks``). ``extra_keys`` is the profile's
+    extra-key format (``VllmProfile.extra_keys``), ``none_hash_seed`` its NONE_HASH seed
+    switch, ``lookahead`` the tokens after each block its hash covers.
     """
 
-    __slots__ = ("_lanes", "block_size", "extra_keys")
+    __slots__ = ("_lanes", "block_size", "extra_keys", "lookahead")
 
     def __init__(self, block_size: int, extra_keys: str = "plain",
-                 none_hash_seed: str = "random") -> None:
+                 none_hash_seed: str = "random", lookahead: int = 0) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if lookahead < 0:
+            raise ValueError(f"lookahead must be >= 0, got {lookahead}")
         self.block_size = block_size
         self.extra_keys = extra_keys
-        self._lanes = _Lanes(block_size, _seed_lanes(none_hash_seed))
+        self.lookahead = lookahead
+        self._lanes = Lanes(block_size, seed_lanes(none_hash_seed), lookahead)
 
     def key_lanes(self, lora_name: str | None, cache_salt: str | None) -> KeyLanes:
         """:func:`extra_key_lanes` in this hasher's format."""
@@ -193,20 +115,23 @@ class FastBlockHasher:
 
     def hash_tokens(self, token_ids: npt.ArrayLike, parent: bytes | None = None,
                     keys: KeyLanes = None) -> list[bytes]:
-        """Hashes of the full blocks of ``token_ids`` following the block hashed ``parent``
-        (None: these start at block 0), with the request's extra ``keys``."""
+        """Hashes of the full blocks of ``token_ids`` (those followed by their lookahead
+        tokens) following the block hashed ``parent`` (None: these start at block 0), with the
+        request's extra ``keys``."""
         tokens = np.asarray(token_ids, dtype=np.int64)
-        num_blocks = len(tokens) // self.block_size
+        bs = self.block_size
+        num_blocks = num_hashable_blocks(len(tokens), bs, self.lookahead)
         if num_blocks == 0:
             return []
-        blocks = tokens[: num_blocks * self.block_size].astype(np.uint64)
-        blocks = blocks.reshape(num_blocks, self.block_size)
+        blocks = tokens[: num_blocks * bs].astype(np.uint64).reshape(num_blocks, bs)
+        ahead = (ahead_tokens(tokens, np.arange(num_blocks) * bs, bs, self.lookahead)
+                 if self.lookahead else None)
         if parent is None:
             seed = self._lanes.seed
         else:
             seed = [int.from_bytes(parent[:8], "little"), int.from_bytes(parent[8:16], "little")]
         block_keys = _block_keys(keys, parent is None, num_blocks)
-        return as_hash_bytes(self._lanes.chain(blocks, seed, block_keys))
+        return as_hash_bytes(self._lanes.chain(blocks, seed, block_keys, ahead))
 
     def hash_runs(self, tokens: npt.NDArray[np.integer], offsets: npt.NDArray[np.int64],
                   keys: list[KeyLanes] | None = None
@@ -228,7 +153,9 @@ class FastBlockHasher:
         :func:`as_hash_bytes` turns it into the hash list)."""
         bs = self.block_size
         starts = offsets[:-1]
-        counts = (offsets[1:] - starts) // bs
+        counts = np.fromiter((num_hashable_blocks(n, bs, self.lookahead)
+                              for n in (offsets[1:] - starts).tolist()),
+                             dtype=np.int64, count=len(starts))
         block_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=block_offsets[1:])
         total = int(block_offsets[-1])
@@ -239,7 +166,8 @@ class FastBlockHasher:
         first = np.repeat(starts, counts) + local * bs
         blocks = tokens[first[:, None] + np.arange(bs)].astype(np.uint64)
         lanes = self._lanes
-        content = lanes.content(blocks, _run_keys(keys, counts, local))
+        content = lanes.content(blocks, _run_keys(keys, counts, local),
+                                ahead_tokens(tokens, first, bs, self.lookahead))
         pow_r, pow_inv = lanes.powers(int(counts.max()))
         # The chain of each run, as in _Lanes.chain, with a cumulative sum restarted per run.
         acc = np.cumsum(content * pow_inv[local], axis=0, dtype=np.uint64)
@@ -255,12 +183,13 @@ class FastBlockHasher:
     def __call__(self, request: Request) -> list[bytes]:
         done = request.block_hashes
         start = len(done)
-        end = request.num_tokens // self.block_size
+        bs = self.block_size
+        end = num_hashable_blocks(request.num_tokens, bs, self.lookahead)
         if end <= start:
             return []
-        bs = self.block_size
         array = getattr(request, "token_array", None)  # a SimRequest: no list to build
-        tokens = (array if array is not None else request.all_token_ids)[start * bs: end * bs]
+        tokens = (array if array is not None
+                  else request.all_token_ids)[start * bs: end * bs + self.lookahead]
         keys = request_key_lanes(request, bs, self.extra_keys)
         return self.hash_tokens(tokens, done[-1] if done else None, keys)
 
@@ -276,12 +205,14 @@ def _run_keys(keys: list[KeyLanes] | None, counts: npt.NDArray[np.int64],
                     np.repeat(rest, counts, axis=0))
 
 
-def make_hasher(block_size: int, algo: str, profile: VllmProfile = DEFAULT_PROFILE) -> Any:
+def make_hasher(block_size: int, algo: str, profile: VllmProfile = DEFAULT_PROFILE,
+                lookahead: int = 0) -> Any:
     """``fast`` (this module's ``FastBlockHasher``, the default) or a vLLM hash by name
-    (sha256, sha256_cbor, xxhash, blake2b), in ``profile``'s extra-key format and seed."""
+    (sha256, sha256_cbor, xxhash, blake2b), in ``profile``'s extra-key format and seed, each
+    block's hash covering the ``lookahead`` tokens after it."""
     if algo == "fast":
-        return FastBlockHasher(block_size, profile.extra_keys, profile.none_hash_seed)
+        return FastBlockHasher(block_size, profile.extra_keys, profile.none_hash_seed, lookahead)
     hash_fn = get_hash_fn_by_name(algo)
     if hashing.NONE_HASH is None:
         init_none_hash(hash_fn, profile.none_hash_seed)
-    return get_request_block_hasher(block_size, hash_fn, profile.extra_keys)
+    return get_request_block_hasher(block_size, hash_fn, profile.extra_keys, lookahead)

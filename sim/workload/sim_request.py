@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from allocator.hashing import BlockHash
+from allocator.hashing import BlockHash, num_hashable_blocks
 from allocator.request import BlockHasher, Request
 
 
@@ -22,8 +22,8 @@ class SimRequest(Request):
 
     Appending output ids advances the counter: the ids given must be the array's next ones
     (the simulator passes slices of the same derived outputs); only their count is used.
-    ``block_hashes`` (optional) are the hasher's hashes of every full block of ``tokens``,
-    computed in advance; filled blocks then take theirs from it instead of calling the hasher.
+    ``block_hashes`` (optional) are the hasher's hashes of every full block of ``tokens`` (that
+    its lookahead tokens follow: ``num_hashable_blocks``), computed in advance; filled blocks then take theirs from it instead of calling the hasher.
     ``prompt_token_ids``, ``all_token_ids`` and ``output_token_ids`` return fresh lists.
     ``lora_name``, ``cache_salt`` and ``priority`` are the trace's serving fields (the
     hashers read the first two as extra keys).
@@ -59,13 +59,15 @@ class SimRequest(Request):
                          final_output_len, False)
         self._hashes = None
         if block_hasher is not None and block_hashes is not None and self._hash_step:
-            if len(block_hashes) != len(tokens) // self._hash_step:
+            expected = num_hashable_blocks(len(tokens), self._hash_step, self._hash_lookahead)
+            if len(block_hashes) != expected:
                 raise ValueError(f"request {request_id!r}: {len(block_hashes)} block hashes for "
-                                 f"{len(tokens)} tokens of blocks of {self._hash_step}")
+                                 f"{len(tokens)} tokens of blocks of {self._hash_step} "
+                                 f"(lookahead {self._hash_lookahead}): {expected} expected")
             self._hashes = block_hashes
             # The prompt's blocks take their hashes from the table as appended outputs do.
             self._num_tokens = 0
-            self._next_hash_at = 0
+            self._next_hash_at = self._hash_lookahead
             self.advance_to(num_prompt)
         elif block_hasher is not None:
             self._update_block_hashes()
@@ -120,14 +122,16 @@ class SimRequest(Request):
             if hashes is None:
                 self._update_block_hashes()  # Request's: the hasher reads the tokens
                 return
-            # Every full block's hash is known: take the ones that just filled (in place
-            # rather than in a method, since this runs at every block a decode fills).
+            # Every full block's hash is known: take the ones that just filled and have their
+            # lookahead tokens (num_hashable_blocks written in place rather than called: this
+            # runs at every block a decode fills; num_tokens >= _next_hash_at >= lookahead).
             done = self.block_hashes
             have = len(done)
             step = self._hash_step
-            num_full = num_tokens // step
+            lookahead = self._hash_lookahead
+            num_full = (num_tokens - lookahead) // step
             if num_full == have + 1:
                 done.append(hashes[have])
             else:
                 done.extend(hashes[have:num_full])
-            self._next_hash_at = (num_full + 1) * step
+            self._next_hash_at = (num_full + 1) * step + lookahead

@@ -13,9 +13,12 @@ placeholder padding of new decodes (seed 0), and no drafts for a request whose r
 after preemption ends one token short (seed 3). ``vllm_sched_0_33_eagle2*_seed3.json`` and
 ``vllm_sched_0_33_draft2*_seed0.json`` were recorded from vLLM 0.33.0 with ``--spec 2
 --spec-method eagle`` / ``draft_model``, with and without ``--async``: lookahead slots from a
-request's first chunk (seed 3 has no prefix caching, whose 0.33 EAGLE hashes pagedsim does not
-model), a draft model's input slot per scheduled request, and placeholder padding beside
-in-flight decodes.
+request's first chunk (seed 3 has no prefix caching), a draft model's input slot per scheduled
+request, and placeholder padding beside in-flight decodes. ``vllm_sched_0_33_eagle2_cached*
+_seed0.json`` were recorded the same way with ``--spec 2 --spec-method eagle --seed 0`` (prefix
+caching on), with and without ``--async``: 0.33's EAGLE block hashes cover the token after each
+block, and prefix hits keep their last block (pagedsim's legacy hashes and drop diverge at
+steps 17 and 18).
 No vLLM is needed here.
 """
 
@@ -84,7 +87,9 @@ def test_a_changed_record_is_a_divergence(harness: ModuleType, golden: dict[str,
                                   "vllm_sched_0_33_spec2_seed3", "vllm_sched_0_33_eagle2_seed3",
                                   "vllm_sched_0_33_eagle2_async_seed3",
                                   "vllm_sched_0_33_draft2_seed0",
-                                  "vllm_sched_0_33_draft2_async_seed0"])
+                                  "vllm_sched_0_33_draft2_async_seed0",
+                                  "vllm_sched_0_33_eagle2_cached_seed0",
+                                  "vllm_sched_0_33_eagle2_cached_async_seed0"])
 def test_pagedsim_matches_vllm_0_33_async_and_spec(harness: ModuleType, name: str) -> None:
     golden = json.loads((GOLDEN / f"{name}.json").read_text())
     ours = harness.run_pagedsim(golden["stream"], "0.33")

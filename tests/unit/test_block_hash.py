@@ -134,3 +134,39 @@ def test_salted_trace_fast_and_sha256_same_cached_tokens(version: str) -> None:
     assert cached["fast"] == cached["sha256"]
     unkeyed = simulate(plain, num_gpu_blocks=80, vllm_profile=profile)
     assert sum(cached["fast"]) < sum(unkeyed.log.request_columns()["cached_tokens"])
+
+
+def test_lookahead_hash_covers_the_next_token() -> None:
+    """With a lookahead of 1, block i's hash also depends on token (i+1)*bs and exists only
+    once that token does; without one, it does not depend on it."""
+    tokens = np.random.default_rng(4).integers(0, 32000, 200)
+    changed = tokens.copy()
+    changed[32] += 1
+    ahead, plain = FastBlockHasher(16, lookahead=1), FastBlockHasher(16)
+    base, other = ahead.hash_tokens(tokens), ahead.hash_tokens(changed)
+    assert len(base) == 12 and len(ahead.hash_tokens(tokens[:192])) == 11
+    assert base[0] == other[0] and base[1] != other[1]
+    assert plain.hash_tokens(tokens)[1] == plain.hash_tokens(changed)[1]
+    assert base != plain.hash_tokens(tokens)[:12]
+
+
+def test_lookahead_runs_requests_and_pieces_agree() -> None:
+    """Lookahead hashes of many runs in one pass equal hash_tokens per run and the hashes a
+    request gathers as its tokens arrive (keys included), and stop one token short."""
+    hasher = FastBlockHasher(16, "tagged", lookahead=1)
+    keys = hasher.key_lanes("x", "s1")
+    lengths = [0, 16, 17, 33, 200, 64, 65]
+    tokens = np.random.default_rng(6).integers(0, 32000, sum(lengths)).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    hashes, block_offsets = hasher.hash_runs(tokens, offsets, [keys] * len(lengths))
+    assert list(np.diff(block_offsets)) == [max(n - 1, 0) // 16 for n in lengths]
+    for r, n in enumerate(lengths):
+        run = tokens[offsets[r]:offsets[r + 1]]
+        table = hashes[block_offsets[r]:block_offsets[r + 1]]
+        assert table == hasher.hash_tokens(run, keys=keys)
+        if n:
+            request = Request("r", run[:1].tolist(), 300, lora_name="x", cache_salt="s1",
+                              block_hasher=hasher)
+            for token in run[1:].tolist():
+                request.append_output_token_ids(token)
+            assert request.block_hashes == table

@@ -255,3 +255,51 @@ def test_xxhash_cbor_is_xxh3_128_over_canonical_cbor() -> None:
     digest = get_hash_fn_by_name("xxhash_cbor")(obj)
     assert digest == xxhash.xxh3_128_digest(cbor2.dumps(obj, canonical=True))
     assert digest != get_hash_fn_by_name("xxhash")(obj) and len(digest) == 16
+
+
+# Lookahead hashes (vLLM 0.33, EAGLE): tokens 10..21 at block size 4, then outputs 7 and 8
+# appended one at a time, PYTHONHASHSEED=0; the first 8 hex digits of every hash after the
+# prompt and after each append, recorded from vLLM 0.33.0's get_request_block_hasher(4,
+# sha256, L) + Request (salt "s", LoRA "a" at "/p/a"). Block 2 appears once token 12 (L=1) or
+# tokens 12-13 (L=2) exist.
+VLLM_LOOKAHEAD = {
+    (1, None, None): ("4a5dd665", "53116df2", "cf72ecdc"),
+    (1, "s", None): ("c7574117", "8b4b2fdd", "6dd2fdc1"),
+    (1, None, "a"): ("022cdab2", "f70e58e0", "d227ac01"),
+    (1, "s", "a"): ("0aa82584", "ea422881", "75b7e535"),
+    (2, None, None): ("d4a4c7e2", "358f4619", "fc516f96"),
+    (2, "s", None): ("9faea121", "6b7a8cf1", "a69658dd"),
+    (2, None, "a"): ("4a0c1cec", "a448599e", "ae0e606c"),
+    (2, "s", "a"): ("b3d8dbf1", "57e9be2b", "5e869cbd"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(VLLM_LOOKAHEAD, key=str))
+def test_lookahead_hashes_recorded_from_vllm(
+    seed_zero: None, key: tuple[int, str | None, str | None]
+) -> None:
+    """Each block's hash also covers the L tokens after it, as extra keys (keys, *tokens),
+    byte for byte as vLLM 0.33's; it appears only once those tokens exist."""
+    lookahead, salt, lora = key
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(4, sha256, "tagged", lookahead)
+    request = Request("r", range(10, 22), 8, cache_salt=salt, lora_name=lora,
+                      lora_path=None if lora is None else f"/p/{lora}", block_hasher=hasher)
+    seen = [[h.hex()[:8] for h in request.block_hashes]]
+    for token in (7, 8):
+        request.append_output_token_ids(token)
+        seen.append([h.hex()[:8] for h in request.block_hashes])
+    want = list(VLLM_LOOKAHEAD[key])
+    assert seen == [want[:2], want[: 2 if lookahead == 2 else 3], want]
+
+
+def test_lookahead_extra_keys_and_hashable_blocks() -> None:
+    """(keys, next) for one token, (keys, *next) for more; a block counts once its lookahead
+    tokens exist."""
+    tokens = list(range(10))
+    assert hashing.lookahead_extra_keys(None, tokens, 4, 1) == (None, 4)
+    assert hashing.lookahead_extra_keys(("s",), tokens, 4, 2) == (("s",), 4, 5)
+    assert [hashing.num_hashable_blocks(n, 4, 1) for n in (0, 4, 5, 8, 9)] == [0, 0, 1, 1, 2]
+    assert hashing.num_hashable_blocks(8, 4) == 2
+    with pytest.raises(ValueError, match="lookahead"):
+        get_request_block_hasher(4, sha256, "plain", -1)

@@ -285,3 +285,42 @@ def test_constructor_validation() -> None:
         KVCacheConfig(4, 0)
     with pytest.raises(ValueError, match="sliding_window"):
         KVCacheConfig(4, 16, 0)
+
+
+def lookahead_request(rid: str, tokens, lookahead: int, bs: int = BS) -> Request:
+    hasher = get_request_block_hasher(bs, sha256, "tagged", lookahead)
+    return Request(rid, list(tokens), 16, block_hasher=hasher)
+
+
+@pytest.mark.parametrize("window", [None, 33])
+def test_lookahead_hashes_keep_the_last_eagle_hit_block(window: int | None) -> None:
+    """Two requests sharing 40 tokens (vLLM 0.33's minimal stream, EAGLE): with lookahead
+    hashes block 1's hash covers token 32, shared, so the hit keeps it (32 tokens, as vLLM's
+    scheduler gave); the legacy hashes drop it (16). Sliding window: the same as no EAGLE."""
+    shared = list(range(40))
+    hits = {}
+    for use_eagle, lookahead in ((True, 1), (True, 0), (False, 1)):
+        manager = make_manager(num_blocks=20, sliding_window=window)
+        manager.use_eagle = use_eagle
+        manager.hash_lookahead_tokens = lookahead
+        admit(manager, lookahead_request("a", shared + [50, 51], lookahead))
+        second = lookahead_request("b", shared + [52, 53], lookahead)
+        hits[use_eagle, lookahead] = manager.get_computed_blocks(second)[1]
+    assert hits[True, 1] == hits[False, 1] == 32
+    assert hits[True, 0] == 16 if window is None else hits[True, 0] < 32
+
+
+def test_cache_blocks_waits_for_the_lookahead_token() -> None:
+    """A 32-token prompt with lookahead hashes caches only block 0 at prefill: block 1's hash
+    needs token 32, the first output; once it is appended, block 1 is cached."""
+    manager = make_manager()
+    request = lookahead_request("a", range(32), 1)
+    admit(manager, request)
+    blocks = manager.block_pool.blocks
+    assert len(request.block_hashes) == 1
+    assert blocks[1].block_hash is not None and blocks[2].block_hash is None
+    request.append_output_token_ids(7)
+    assert manager.allocate_slots(request, 1) is not None
+    request.num_computed_tokens += 1
+    assert len(request.block_hashes) == 2 and blocks[2].block_hash is not None
+    manager.check_invariants()

@@ -19,6 +19,7 @@ from allocator.profiles import (
     VllmProfile,
     apply_overrides,
     distinct_profiles,
+    num_hash_lookahead_tokens,
     parse_override,
     profile_for,
 )
@@ -231,3 +232,18 @@ def test_spec_and_async_switches_by_release() -> None:
         "none", "none", "with_running", "with_running", "with_running_or_hit"]
     with pytest.raises(ValueError, match="draft_padding"):
         VllmProfile(draft_padding="always")
+
+
+def test_hash_lookahead_by_release_and_method() -> None:
+    """Lookahead hashes from 0.33 (absent from 0.28-0.32's source), for EAGLE with prefix
+    caching on only; ``hash_lookahead=false`` is vLLM's ``disable_lookahead_block_hashes``."""
+    assert [profile_for(v).hash_lookahead for v in ("0.14", "0.32", "0.33")] == [
+        False, False, True]
+    v033 = profile_for("0.33")
+    assert num_hash_lookahead_tokens(v033, "eagle", True) == 1
+    assert num_hash_lookahead_tokens(v033, "eagle", False) == 0
+    assert num_hash_lookahead_tokens(v033, "draft_model", True) == 0
+    assert num_hash_lookahead_tokens(v033, None, True) == 0
+    assert num_hash_lookahead_tokens(profile_for("0.32"), "eagle", True) == 0
+    off = apply_overrides(v033, ["hash_lookahead=false"])
+    assert num_hash_lookahead_tokens(off, "eagle", True) == 0

@@ -78,3 +78,34 @@ def test_advance_to_equals_appending_the_known_outputs() -> None:
         assert moved.block_hashes == appended.block_hashes
     with pytest.raises(ValueError, match="passes the 90 known tokens"):
         moved.advance_to(91)
+
+
+@pytest.mark.parametrize("kind", ["fast", "sha256"])
+def test_lookahead_tables_and_hasher_grow_alike(kind: str) -> None:
+    """With lookahead hashes a SimRequest with the precomputed table, one without and a
+    Request hold the same hashes after every append (a block's hash once its next token is
+    there); the table is one block shorter than the full blocks when the tokens end on one."""
+    init_none_hash(sha256)
+    hasher = (FastBlockHasher(16, lookahead=1) if kind == "fast"
+              else get_request_block_hasher(16, sha256, "tagged", 1))
+    tokens = np.random.default_rng(2).integers(0, 32000, 128).astype(np.int32)
+    table = hasher.hash_tokens(tokens) if kind == "fast" else None
+    ref = Request("t", tokens[:32].tolist(), 96, block_hasher=hasher)
+    plain = SimRequest("t", tokens, 32, 96, block_hasher=hasher)
+    sims = [plain] if table is None else [plain, SimRequest("t", tokens, 32, 96,
+                                                            block_hasher=hasher,
+                                                            block_hashes=table)]
+    assert len(ref.block_hashes) == 1
+    appended = 32
+    for step in [1, 15, 1, 16, 30, 1, 32]:
+        ids = tokens[appended:appended + step].tolist()
+        ref.append_output_token_ids(ids)
+        for sim in sims:
+            sim.append_output_token_ids(ids)
+            assert sim.block_hashes == ref.block_hashes
+        appended += step
+        assert len(ref.block_hashes) == (appended - 1) // 16
+    if table is not None:
+        assert len(table) == 7
+        with pytest.raises(ValueError, match="lookahead 1"):
+            SimRequest("t", tokens, 32, 96, block_hasher=hasher, block_hashes=table + table[:1])

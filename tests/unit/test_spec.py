@@ -1,6 +1,7 @@
 """Speculative decoding in the scheduler (sim/sched/spec.py, sim/sched/async_sched.py): token
 counts per step with K drafts, acceptance, lookahead slots, the rollback of rejected drafts
-(prefix-cache coverage), EAGLE's dropped hit block, and the seeded acceptance draws."""
+(prefix-cache coverage), EAGLE's dropped hit block (kept with 0.33's lookahead hashes), and
+the seeded acceptance draws."""
 from __future__ import annotations
 
 from typing import Any
@@ -19,7 +20,8 @@ from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler
 from sim.workload.block_hash import make_hasher
 from sim.workload.workload import Workload
-from tests.unit.simkit import make_trace, run_config, simulate, steps
+from tests.unit.simkit import make_trace, rows, run_config, simulate, steps
+from traces import add_system_prompt
 from traces.datasets import random_dataset
 from traces.model import Trace
 from traces.records import TraceRequest
@@ -163,6 +165,21 @@ def test_eagle_drops_the_last_hit_block() -> None:
         second = Request("b", list(range(50)) + [7], 16, block_hasher=hasher)
         hits.append(manager.get_computed_blocks(second)[1])
     assert hits == [48, 32]
+
+
+@pytest.mark.parametrize("algo", ["fast", "sha256"])
+def test_0_33_eagle_lookahead_hashes_keep_the_last_hit_block(algo: str) -> None:
+    """Requests sharing a 40-token system prompt (2 blocks and 8 tokens more): under 0.33
+    EAGLE's hashes cover the token after each block, so later requests hit 32 tokens; with
+    ``hash_lookahead`` off (0.32's hashes) the last hit block is dropped: 16."""
+    trace = add_system_prompt(make_trace([(0.1 * i, 30, 4) for i in range(3)]), 40)
+    cached = {}
+    for lookahead in (True, False):
+        profile = profile_for("0.33").replace(hash_lookahead=lookahead)
+        result = simulate(trace, block_hash=algo, vllm_profile=profile,
+                          **spec_options("eagle", k=2, use_eagle=True))
+        cached[lookahead] = [row["cached_tokens"] for row in rows(result)]
+    assert cached == {True: [0, 32, 32], False: [0, 16, 16]}
 
 
 def test_a_trace_acceptance_rate_replaces_the_runs_rate_for_its_request() -> None:

@@ -3,8 +3,9 @@
 Each stream is the smallest one that showed a divergence with EAGLE or draft-model
 speculative decoding; the expected steps are what vLLM's own v1 Scheduler did on it
 (``benchmarks/vllm_diff.py --scheduler --spec 2 --spec-method ...``): lookahead slots on a new
-request's first chunk (0.23+), 0.33's drafting input slots for a draft model, and 0.33's
-placeholder padding under async when the running request's sampling step is still in flight.
+request's first chunk (0.23+), 0.33's drafting input slots for a draft model, 0.33's
+placeholder padding under async when the running request's sampling step is still in flight,
+and 0.33's EAGLE block hashes that cover the token after each block.
 No vLLM is needed here.
 """
 
@@ -82,6 +83,32 @@ def test_eagle_drops_the_last_block_of_a_prefix_hit(harness: ModuleType) -> None
     assert eagle[1]["scheduled"][-1] == ["r1", 34 - 16]
     assert ngram[1]["scheduled"][-1] == ["r1", 34 - 32]
     assert eagle[1]["blocks"]["r1"][0] == eagle[1]["blocks"]["r0"][0]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_eagle_hashes_look_ahead_in_0_33(harness: ModuleType, asynchronous: bool) -> None:
+    # r1 shares r0's first 40 tokens: 0.33 hashes block 1 with token 32 (shared), so the hit
+    # keeps it (32 tokens; vLLM 0.33.0 gave these steps, sync and async); 0.32 drops it
+    shared = list(range(40))
+    s = stream("eagle", [(0, shared + [50, 51]), (1, shared + [52, 53])], steps=3,
+               asynchronous=asynchronous)
+    assert steps(harness.run_pagedsim(s, "0.33")) == [
+        ([["r0", 42]], {"r0": [1, 2, 3]}),
+        ([["r0", 3], ["r1", 10]], {"r0": [1, 2, 3], "r1": [1, 2, 4]}),
+        ([["r0", 3], ["r1", 3]], {"r0": [1, 2, 3, 5], "r1": [1, 2, 4]})]
+    assert harness.run_pagedsim(s, "0.32")[1]["scheduled"][-1] == ["r1", 42 - 16]
+
+
+@pytest.mark.parametrize(("after", "hit"), [(0, 32), (9, 16)])
+def test_a_prompt_block_is_hashed_once_the_first_output_exists(harness: ModuleType, after: int,
+                                                               hit: int) -> None:
+    # r0's 32-token prompt: block 1's hash needs token 32, r0's first output (0); r1 arriving
+    # later hits it only if its token 32 is that output too (vLLM 0.33.0's steps)
+    shared = list(range(32))
+    s = stream("eagle", [(0, shared), (2, shared + [after, 7, 8])], steps=4)
+    run = harness.run_pagedsim(s, "0.33")
+    assert run[2]["scheduled"] == [["r0", 3], ["r1", 35 - hit]]
+    assert run[2]["blocks"]["r1"] == ([1, 2, 4] if hit == 32 else [1, 4, 5])
 
 
 def test_async_refusal_follows_each_release(harness: ModuleType) -> None:
