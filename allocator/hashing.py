@@ -3,9 +3,9 @@
 A block's hash is chained: it covers the parent block's hash, the block's own token ids and the
 block's extra keys (LoRA, cache salt), so block i's hash identifies tokens 0..(i+1)*bs-1.
 Only full blocks are hashed; with a lookahead L (vLLM 0.33, EAGLE) also the L tokens after the
-block, as extra keys ``(keys, *next_tokens)``, so the hash exists once they do. The hash function is injectable (``hash_fn(obj) -> bytes``,
-``allocator/hash_fns.py``); the default is sha256 over pickle protocol 5, byte-for-byte the
-same as vLLM's.
+block, as extra keys ``(keys, *next_tokens)``, so the hash exists once they do. The hash
+function is injectable (``hash_fn(obj) -> bytes``, ``allocator/hash_fns.py``); the default is
+sha256 over pickle protocol 5, byte-for-byte the same as vLLM's.
 """
 
 from __future__ import annotations
