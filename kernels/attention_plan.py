@@ -100,7 +100,8 @@ def _small_part(sh: Shape) -> tuple[dict[str, Any], tuple[int, ...], int]:
     split = choose_num_splits(sh.num_small, sh.num_kv_heads, sh.max_span, 64, sh.num_sms) > 1
     fp8 = is_fp8(sh.kv_dtype)
     cfg = sh.decode_config or default_decode_config(sh.head_size, sh.dtype, split or sh.forced > 1,
-                                                    query_tokens=qt, fp8=fp8)
+                                                    query_tokens=qt, fp8=fp8,
+                                                    mixed=sh.num_large > 0)
     least = min_chunk(cfg, sh.max_span)
     target = cfg.programs_per_sm * sh.num_sms
     target_ragged = cfg.ragged_programs_per_sm * sh.num_sms
@@ -119,7 +120,7 @@ def _small_part(sh: Shape) -> tuple[dict[str, Any], tuple[int, ...], int]:
               "num_stages": cfg.num_stages,
               "FP8": 0 if not fp8 else 1 if sh.interpret else FP8_WIDEN[cfg.fp8_widen],
               "PIPE": 0 if sh.interpret and cfg.pipeline == "table_asm"
-              else PIPELINES[cfg.pipeline]}
+              else PIPELINES[cfg.pipeline], "MAXNREG": cfg.maxnreg}
     return consts, (target, target_ragged, least, sh.forced), items
 
 
@@ -167,6 +168,8 @@ def make_plan(sh: Shape) -> Plan:
     unfused = sh.num_small > 0 and not consts["FUSED"]
     merge_grid = sh.num_small * sh.num_kv_heads * -(-consts["ROWS"] // rt) if unfused else 0
     launch = {"num_warps": consts["num_warps"], "num_stages": consts["num_stages"]}
+    if consts.pop("MAXNREG", None) and not sh.num_large and not sh.interpret:
+        launch["maxnreg"] = small["MAXNREG"]
     names = paged_attention_kernel.arg_names
     const_args = tuple(consts[name] for name in names[names.index("NUM_KV_HEADS"):])
     return Plan(large_programs + items * sh.num_kv_heads, scalars, consts, const_args, launch,

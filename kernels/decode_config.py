@@ -13,7 +13,7 @@ item's fixed costs, query load, partial write and merge, outweigh its streaming)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -44,7 +44,9 @@ class DecodeConfig:
     `pipeline` how the K/V loads overlap the arithmetic (PIPELINES; attention_core.py):
     "triton" Triton's own pipelining, "table_asm" the same with the block table read through
     PTX (num_stages - 1 tiles in flight; its table index is clamped to the row's valid
-    entries), "prefetch" by hand (num_stages = 1 leaves it alone).
+    entries), "prefetch" by hand (num_stages = 1 leaves it alone); `maxnreg` caps the
+    registers per thread (Triton's launch option; None: the compiler's choice; decode-only
+    launches), for more resident programs.
     """
 
     block_n: int = 64
@@ -57,6 +59,7 @@ class DecodeConfig:
     split_p: bool | None = None
     fp8_widen: str = "asm_v"
     pipeline: str = "triton"
+    maxnreg: int | None = None
 
     def __post_init__(self) -> None:
         if self.fp8_widen not in FP8_WIDEN:
@@ -93,7 +96,8 @@ _FP8_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="asm
 
 
 def default_decode_config(head_size: int, dtype: torch.dtype, split: bool, *,
-                          query_tokens: int = 1, fp8: bool = False) -> DecodeConfig:
+                          query_tokens: int = 1, fp8: bool = False,
+                          mixed: bool = False) -> DecodeConfig:
     """Tile shape per dtype and head size, query tokens and cache dtype.
 
     Measured on the H200 for Llama-3-8B shapes (benchmarks/RESULTS.md, 2026-12-01 sweeps):
@@ -102,7 +106,10 @@ def default_decode_config(head_size: int, dtype: torch.dtype, split: bool, *,
     64 / 4 warps 184); fp8 caches 3 stages with the table read through PTX (64 x 4096: 159
     us; 2 stages 180). Items of several query tokens (extends, 64+ rows) take 4 warps, the
     separate row-parallel merge and the PTX table with 3 stages (16 x 16 over 16384: 282 us
-    under graphs; 2 stages 309; fused merge slower). Head size 256 halves the tile; fp32
+    under graphs; 2 stages 309; fused merge slower). In a mixed launch (`mixed`: query tiles
+    too, whose 4 warps and 3 stages the launch takes) the items read the table through PTX as
+    well (64 x 4096 decodes + a 2,048-token chunk: 0.98x the two calls; Triton's pipelining
+    1.07x). Head size 256 halves the tile; fp32
     runs IEEE dots on the FMA units, which spill registers beyond 16-token tiles.
     """
     if dtype == torch.float32:
@@ -113,6 +120,8 @@ def default_decode_config(head_size: int, dtype: torch.dtype, split: bool, *,
         cfg = _SPLIT_CONFIGS[1]
     if fp8 and query_tokens == 1 and not big:
         cfg = _FP8_CONFIG
+    if mixed and cfg.pipeline == "triton" and dtype != torch.float32:
+        cfg = replace(cfg, pipeline="table_asm")
     return cfg
 
 

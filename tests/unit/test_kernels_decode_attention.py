@@ -293,3 +293,35 @@ def test_pipeline_option_reaches_the_kernel():
                        132, interpret, False)
             want = 0 if interpret and name == "table_asm" else value
             assert make_plan(sh).constexprs["PIPE"] == want
+
+
+def _plan(num_large, cfg, interpret=False, kv_dtype=torch.bfloat16):
+    from kernels.attention_plan import Shape, make_plan
+
+    sh = Shape(4, 1, num_large, 512 if num_large else 1, 4096, 32, 8, 128, 16, torch.bfloat16,
+               kv_dtype, None, None, None, False, 0.1, 1.0, 1.0, 0, cfg, None, 132, interpret,
+               bool(num_large))
+    return make_plan(sh)
+
+
+def test_mixed_launches_read_the_table_through_ptx():
+    """Decode items in a launch with query tiles take the PTX table (compiled only); alone
+    they keep Triton's pipelining (bf16) or the fp8 configuration's PTX table."""
+    from kernels.decode_config import PIPELINES
+
+    assert _plan(2, None).constexprs["PIPE"] == PIPELINES["table_asm"]
+    assert _plan(0, None).constexprs["PIPE"] == PIPELINES["triton"]
+    assert _plan(2, None, interpret=True).constexprs["PIPE"] == 0
+    assert _plan(0, None, kv_dtype=torch.float8_e4m3fn).constexprs["PIPE"] == PIPELINES[
+        "table_asm"]
+    assert _plan(2, DecodeConfig()).constexprs["PIPE"] == PIPELINES["triton"]  # as given
+
+
+def test_maxnreg_reaches_decode_only_gpu_launches():
+    """maxnreg becomes a launch option of compiled decode-only launches, nothing else."""
+    cfg = DecodeConfig(maxnreg=128)
+    assert _plan(0, cfg).launch == {"num_warps": 4, "num_stages": 2, "maxnreg": 128}
+    assert "maxnreg" not in _plan(0, cfg, interpret=True).launch
+    assert "maxnreg" not in _plan(2, cfg).launch
+    assert "maxnreg" not in _plan(0, DecodeConfig()).launch
+    assert "MAXNREG" not in _plan(0, cfg).constexprs
