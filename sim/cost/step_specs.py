@@ -46,13 +46,18 @@ def make_fit(arg: str, model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype
 
 def make_calibrated(model: ModelConfig, gpu: GpuSpec, tp: int,
                     kv_cache_dtype: str) -> StepModel:
-    """The calibrated roofline from every shipped artefact."""
+    """The calibrated roofline from the shipped artefacts of the run's kind of KV cache: fp8
+    caches (conversion-bound attention) and 16-bit ones are fitted apart, an fp8 run taking
+    every artefact while no fp8 one is shipped."""
     cals = shipped()
     if not cals:
         raise ValueError("--step-model calibrated: no calibration is shipped in "
                          "sim/cost/calibrations/ (use roofline)")
+    fp8 = run_kv_dtype(model, kv_cache_dtype).startswith("fp8")
+    cals = [c for c in cals if c.kv_dtype.startswith("fp8") == fp8] or cals
     data = [s for cal in cals for s in samples(cal)]
-    names = ", ".join(sorted({c.model.name for c in cals}))
+    names = ", ".join(sorted({c.model.name + (" (kv fp8)" if c.kv_dtype.startswith("fp8")
+                                              else "") for c in cals}))
     where = {c.gpu_name for c in cals}
     label = "" if where == {gpu.name} else "; a prediction for this GPU"
     return FitStepModel(model, gpu, tp, fit_coefficients(data),

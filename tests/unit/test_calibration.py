@@ -103,3 +103,16 @@ def test_auto_without_an_fp8_artefact_is_the_roofline(shipped_dir: Path) -> None
     with pytest.raises(ValueError, match=r"measured for Llama-3-8B \(bf16, kv bf16\).*kv "
                                          r"fp8_e4m3"):
         make_step_model(f"fit:{path}", MODEL, GPU, kv_cache_dtype="fp8")
+
+
+def test_calibrated_fits_fp8_and_16_bit_caches_apart(shipped_dir: Path) -> None:
+    """'calibrated' takes the artefacts of the run's kind of cache: an fp8 run the fp8 ones, a
+    bf16 run the others; with no fp8 artefact an fp8 run takes them all."""
+    _cal(shipped_dir, None, "h200_llama_bf16.json")
+    only16 = make_step_model("calibrated", MODEL, GPU, kv_cache_dtype="fp8").description
+    assert "fitted on Llama-3-8B on" in only16
+    _cal(shipped_dir, "fp8_e4m3", "h200_llama_fp8.json")
+    fp8 = make_step_model("calibrated", MODEL, GPU, kv_cache_dtype="fp8").description
+    bf16 = make_step_model("calibrated", MODEL, GPU).description
+    assert "fitted on Llama-3-8B (kv fp8) on" in fp8
+    assert "fitted on Llama-3-8B on" in bf16 and "kv fp8" not in bf16
