@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from allocator.admission import (
     admission_cap,
-    full_sequence_fits,
     watermark_blocks,
 )
 from allocator.block_pool import BlockPool
@@ -86,12 +85,7 @@ class KVCacheManager(SlotAllocation):
         self.watermark_blocks = watermark_blocks(watermark, kv_cache_config)
         self._adopt_zero_tokens = vllm_profile.zero_token_adopt
         self._in_flight_free = vllm_profile.async_in_flight_swa_free
-        self.use_eagle = False
-        """EAGLE speculative decoding: a prefix hit drops its last block (its draft KV
-        depends on the token after it) unless ``hash_lookahead_tokens``; set by the owner."""
-        self.hash_lookahead_tokens = 0
-        """The requests' hasher's ``lookahead`` (``profiles.num_hash_lookahead_tokens``): a
-        hit's hashes prove the token after it, so EAGLE drops no block (vLLM 0.33)."""
+        self._use_eagle, self._hash_lookahead_tokens = False, 0
         self.empty_kv_cache_blocks = KVCacheBlocks(((),))
         # allocate_slots may skip its staged form unless the group frees blocks early or a
         # watermark applies (it depends on the request's status).
@@ -102,6 +96,28 @@ class KVCacheManager(SlotAllocation):
         self._req_to_blocks = self.single_type_manager.req_to_blocks if self._fast_path_ok else {}
         self._num_cached_block = self.single_type_manager.num_cached_block
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
+
+    @property
+    def use_eagle(self) -> bool:
+        """EAGLE drafts: a prefix hit drops its last block (its draft KV depends on the token
+        after it) unless ``hash_lookahead_tokens``; set by the owner."""
+        return self._use_eagle
+
+    @use_eagle.setter
+    def use_eagle(self, value: bool) -> None:
+        self._use_eagle = value
+        self.single_type_manager.eagle_drop = value and not self._hash_lookahead_tokens
+
+    @property
+    def hash_lookahead_tokens(self) -> int:
+        """The requests' hasher's ``lookahead`` (``profiles.num_hash_lookahead_tokens``): a
+        hit's hashes prove the token after it, so EAGLE drops no block (vLLM 0.33)."""
+        return self._hash_lookahead_tokens
+
+    @hash_lookahead_tokens.setter
+    def hash_lookahead_tokens(self, value: int) -> None:
+        self._hash_lookahead_tokens = value
+        self.single_type_manager.eagle_drop = self._use_eagle and not value
 
     @property
     def usage(self) -> float:
@@ -135,7 +151,7 @@ class KVCacheManager(SlotAllocation):
             [0],
             self.block_pool,
             manager.kv_cache_spec,
-            self.use_eagle and not self.hash_lookahead_tokens,
+            manager.eagle_drop,
         )
         num_new_computed_tokens = len(computed_blocks[0]) * self.block_size
         if self.prefix_cache_stats is not None:
@@ -225,27 +241,6 @@ class KVCacheManager(SlotAllocation):
             reserved_blocks,
             has_scheduled_reqs,
         )
-
-    def can_fit_full_sequence(
-        self,
-        request: Request,
-        num_new_computed_tokens: int = 0,
-        new_computed_blocks: KVCacheBlocks | None = None,
-        num_external_computed_tokens: int = 0,
-        num_encoder_tokens: int = 0,
-    ) -> bool:
-        """vLLM 0.19-0.20's admission gate: does the request's whole sequence fit now?
-
-        Counts the blocks for ``min(num_tokens, max_model_len)`` tokens given the hits (those
-        in the free queue count, as in :meth:`allocate_slots`); changes nothing.
-        """
-        hit_blocks = new_computed_blocks.blocks[0] if new_computed_blocks is not None else ()
-        total_computed_tokens = min(
-            request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
-            self.max_model_len,
-        )
-        return full_sequence_fits(self.single_type_manager, self.block_pool, self.max_model_len,
-                                  request, hit_blocks, total_computed_tokens, 0)
 
     def free(self, request: Request) -> None:
         """Release all of the request's blocks, last block first; cached ones stay findable."""

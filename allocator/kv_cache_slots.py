@@ -2,8 +2,9 @@
 
 ``SlotAllocation`` is the half of :class:`allocator.kv_cache_manager.KVCacheManager` that
 allocates: ``_allocate_slots_staged`` runs vLLM's ``allocate_slots`` stage by stage, and
-``append_slots`` is the shortcut for a running request's decode step (same result). The
-attributes it reads are set by ``KVCacheManager.__init__``.
+``append_slots`` is the shortcut for a running request's decode step (same result);
+``can_fit_full_sequence`` is 0.19-0.20's admission gate. The attributes it reads are set by
+``KVCacheManager.__init__``.
 """
 
 from __future__ import annotations
@@ -145,3 +146,24 @@ class SlotAllocation:
     def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
         """Wrap per-group lists, reusing the shared empty result when every list is empty."""
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
+
+    def can_fit_full_sequence(
+        self,
+        request: Request,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_external_computed_tokens: int = 0,
+        num_encoder_tokens: int = 0,
+    ) -> bool:
+        """vLLM 0.19-0.20's admission gate: does the request's whole sequence fit now?
+
+        Counts the blocks for ``min(num_tokens, max_model_len)`` tokens given the hits (those
+        in the free queue count, as in :meth:`allocate_slots`); changes nothing.
+        """
+        hit_blocks = new_computed_blocks.blocks[0] if new_computed_blocks is not None else ()
+        total_computed_tokens = min(
+            request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
+            self.max_model_len,
+        )
+        return full_sequence_fits(self.single_type_manager, self.block_pool, self.max_model_len,
+                                  request, hit_blocks, total_computed_tokens, 0)

@@ -34,13 +34,12 @@ class SingleTypeKVCacheManager(ABC):
     hits); every non-null block's ``ref_cnt`` equals the number of requests holding it.
     Subclasses add attention-specific skipping and cache-hit search; fork / copy-on-write can
     be layered on ``req_to_blocks`` and :meth:`BlockPool.touch` without touching this core.
+    ``skips_tokens``: :meth:`get_num_skipped_tokens` can be non-zero (blocks freed early);
+    ``masks_blocks``: :meth:`block_mask` leaves some full blocks unhashed (0.23+ windows).
     """
 
     skips_tokens = False
-    """True when :meth:`get_num_skipped_tokens` can be non-zero (blocks are freed early)."""
-
     masks_blocks = False
-    """True when :meth:`block_mask` leaves some full blocks unhashed (0.23+ sliding window)."""
 
     def __init__(
         self,
@@ -63,6 +62,7 @@ class SingleTypeKVCacheManager(ABC):
         self.block_pool = block_pool
         self.enable_caching = enable_caching
         self.kv_cache_group_id = kv_cache_group_id
+        self.eagle_drop = False  # EAGLE's last-block drop is on (KVCacheManager sets it)
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
         self.num_cached_block: dict[str, int] = {}
         self._null_block = block_pool.null_block
@@ -164,17 +164,11 @@ class SingleTypeKVCacheManager(ABC):
         num_full_blocks = min(num_tokens, num_hashed_tokens) // self.block_size  # 0.33 lookahead
         if num_cached_blocks >= num_full_blocks:
             return
-        self.block_pool.cache_full_blocks(
-            request,
-            self.req_to_blocks[request_id],
-            num_cached_blocks,
-            num_full_blocks,
-            self.block_size,
-            self.kv_cache_group_id,
-            self.block_mask(request, num_cached_blocks, num_full_blocks)
-            if self.masks_blocks
-            else None,
-        )
+        mask = (self.block_mask(request, num_cached_blocks, num_full_blocks)
+                if self.masks_blocks else None)
+        self.block_pool.cache_full_blocks(request, self.req_to_blocks[request_id],
+                                          num_cached_blocks, num_full_blocks, self.block_size,
+                                          self.kv_cache_group_id, mask)
         self.num_cached_block[request_id] = num_full_blocks
 
     def block_mask(self, request: Request, start_block: int, end_block: int) -> list[bool] | None:

@@ -26,29 +26,32 @@ def reachable_block_mask(
     sliding_window: int,
     retention_interval: int | None,
     num_prompt_tokens: int,
+    use_eagle: bool = False,
 ) -> list[bool] | None:
     """The 0.23+ caching mask of blocks ``[start_block, end_block)``; None caches every block.
 
     A hit at a block boundary needs the ``need = cdiv(sliding_window - 1, bs)`` blocks before
-    it. ``retention_interval`` None keeps a tail at every boundary: all blocks when
+    it; with EAGLE's last-block drop (``use_eagle``) one block more, the run shifted one block
+    right so that it ends on the block the drop removes (vLLM 0.23-0.33). ``retention_interval`` None keeps a tail at every boundary: all blocks when
     ``need >= 1``, none for a window of 1. 0 keeps only the tail before the replay boundary
     (the last block boundary at or before ``num_prompt_tokens - 1``); k > 0 also keeps the
     last ``need`` blocks of every k-token segment::
 
         retention 0, need 2:  [ . . . . M M | . . ]   M: masked in, |: replay boundary
     """
-    need = cdiv(sliding_window - 1, block_size)
+    need = cdiv(sliding_window - 1, block_size) + use_eagle
+    shift = int(use_eagle)
     mask = [False] * (end_block - start_block)
     if retention_interval != 0:
         segment = block_size if retention_interval is None else retention_interval
         per_segment = segment // block_size
         if need >= per_segment:
             return None
-        for i in range(start_block, end_block):
-            if i % per_segment >= per_segment - need:
+        for i in range(max(start_block, shift), end_block):
+            if (i - shift) % per_segment >= per_segment - need:
                 mask[i - start_block] = True
     if retention_interval is not None:
-        end = (num_prompt_tokens - 1) // block_size
+        end = (num_prompt_tokens - 1) // block_size + shift
         for j in range(max(start_block, end - need), min(end_block, end)):
             mask[j - start_block] = True
     return mask
@@ -99,6 +102,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             self.sliding_window,
             self.retention_interval,
             request.num_prompt_tokens,
+            self.eagle_drop,
         )
 
     def _release(self, ordered_blocks: list[KVCacheBlock]) -> None:

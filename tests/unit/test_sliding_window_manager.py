@@ -3,6 +3,9 @@ split free (the manager's skipping and hit search are covered by test_single_typ
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from allocator.block_pool import BlockPool
@@ -55,3 +58,31 @@ def test_retention_must_be_a_block_multiple() -> None:
     """A positive retention interval must be a multiple of the block size."""
     with pytest.raises(ValueError, match="multiple of the block size"):
         _manager("0.33", retention=3)
+
+
+def test_reachable_block_mask_with_the_eagle_drop() -> None:
+    """72 masks recorded from vLLM 0.23.0, 0.27.0 and 0.33.0 (the same in each), with and
+    without EAGLE's last-block drop (need one block more, the run shifted one block)."""
+    data = json.loads((Path(__file__).parents[1] / "data" / "vllm_swa_masks.json").read_text())
+    assert len(data["cases"]) == 72
+    for window, retention, prompt, eagle, start, want in data["cases"]:
+        got = reachable_block_mask(start, 16, 16, window, retention, prompt, eagle)
+        expected = None if want is None else [bool(x) for x in want]
+        assert got == expected, (window, retention, prompt, eagle, start)
+
+
+def test_eagle_drop_reaches_the_sliding_window_mask() -> None:
+    """KVCacheManager's use_eagle and hash_lookahead_tokens set the group's eagle_drop, which
+    the cache mask and the hit search read: on with EAGLE, off again with 0.33's lookahead."""
+    from allocator.kv_cache_manager import KVCacheManager
+    from allocator.kv_cache_spec import KVCacheConfig
+
+    manager = KVCacheManager(KVCacheConfig(num_blocks=64, block_size=16, sliding_window=64),
+                             1024, vllm_profile=profile_for("0.27"))
+    assert not manager.single_type_manager.eagle_drop
+    manager.use_eagle = True
+    assert manager.single_type_manager.eagle_drop
+    manager.hash_lookahead_tokens = 1
+    assert not manager.single_type_manager.eagle_drop
+    manager.hash_lookahead_tokens = 0
+    assert manager.single_type_manager.eagle_drop and manager.use_eagle
