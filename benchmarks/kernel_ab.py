@@ -27,21 +27,14 @@ FP8_SHAPES = ((64, 4096), (16, 16384))
 FP8_VARIANTS = {
     "asmv64w2s2": DecodeConfig(block_n=64, num_warps=2, fp8_widen="asm_v"),
     "tab64w1s3": DecodeConfig(block_n=64, num_warps=1, num_stages=3, pipeline="table_asm"),
-    # registers capped (193 per thread and 55 KB of shared memory hold the shipped fp8 kernel
-    # to 4 programs of 2 warps per SM, 12.5 % occupancy, in an ncu profile)
-    "tab64w2s3r128": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm",
-                                  maxnreg=128),
-    "tab64w2s3r168": DecodeConfig(block_n=64, num_warps=2, num_stages=3, pipeline="table_asm",
-                                  maxnreg=168),
-    "tab64w1s3r128": DecodeConfig(block_n=64, num_warps=1, num_stages=3, pipeline="table_asm",
-                                  maxnreg=128),
-    "tab64w2s4r128": DecodeConfig(block_n=64, num_warps=2, num_stages=4, pipeline="table_asm",
-                                  maxnreg=128),
-    "tab32w2s4r96": DecodeConfig(block_n=32, num_warps=2, num_stages=4, pipeline="table_asm",
-                                 maxnreg=96),
-    "tab32w2s6r96": DecodeConfig(block_n=32, num_warps=2, num_stages=6, pipeline="table_asm",
-                                 maxnreg=96),
-    "tab32w2s4": DecodeConfig(block_n=32, num_warps=2, num_stages=4, pipeline="table_asm"),
+    # as many K/V bytes per tile and warp as the bf16 kernel moves (128-token tiles)
+    "tab128w4s3": DecodeConfig(block_n=128, num_warps=4, num_stages=3, pipeline="table_asm"),
+    "tab128w4s4": DecodeConfig(block_n=128, num_warps=4, num_stages=4, pipeline="table_asm"),
+    "tab128w8s3": DecodeConfig(block_n=128, num_warps=8, num_stages=3, pipeline="table_asm"),
+    "tab64w4s3": DecodeConfig(block_n=64, num_warps=4, num_stages=3, pipeline="table_asm"),
+    "tab128w4s3cast": DecodeConfig(block_n=128, num_warps=4, num_stages=3, pipeline="table_asm",
+                                   fp8_widen="cast"),
+    "tab256w8s3": DecodeConfig(block_n=256, num_warps=8, num_stages=3, pipeline="table_asm"),
 }
 # Extends (16 new tokens a sequence): candidates beside the shipped extend configuration.
 EXTEND_VARIANTS = {
