@@ -112,8 +112,8 @@ def seed_lanes(none_hash_seed: str) -> list[int] | None:
     return [int.from_bytes(_FIXED_SEED[:8], "little"), int.from_bytes(_FIXED_SEED[8:16], "little")]
 
 
-def ahead_tokens(tokens: npt.NDArray[np.integer], first: npt.NDArray[np.int64], block_size: int,
-           lookahead: int) -> npt.NDArray[np.uint64] | None:
+def ahead_tokens(tokens: npt.NDArray[np.integer], first: npt.NDArray[np.int64],
+                 block_size: int, lookahead: int) -> npt.NDArray[np.uint64] | None:
     """The ``lookahead`` tokens after each block starting at ``first`` ([n, lookahead]), or
     None without a lookahead."""
     if not lookahead:
