@@ -75,6 +75,10 @@ GRIDS: dict[str, list[Point]] = {
     # chunks of a long prompt), as a max_num_batched_tokens budget cuts them.
     "chunked": [(b, c, n - b, p) for b in (1, 4, 16, 32) for c in (1024, 2048)
                 for n in (256, 512) for p in (512, 1536)],
+    # Short prompts beside a few short decodes (the commonest mixed steps of decode-heavy
+    # serving; the other grids' mixed points have longer contexts or many decodes).
+    "mixed_short": [(b, c, n, 0) for b in (1, 2, 4, 8, 16, 32) for c in (256, 512)
+                    for n in (128, 256, 384)],
     "smoke": _grid([1, 8, 64, 256], [512, 4096], [512, 2048], [0, 4096], [(16, 1024, 512)],
                    1 << 19),
     "tiny": _grid([1, 3], [5], [6], [0, 7], [(2, 9, 5)], 1 << 10),
