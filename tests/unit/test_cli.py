@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import build_parser, main
+from sim.cli import main
+from sim.cli_args import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 

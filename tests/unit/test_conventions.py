@@ -12,7 +12,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from sim.cli import build_parser, main, parse_options
+from sim.cli import main, parse_options
+from sim.cli_args import build_parser
 from sim.config import Options
 from traces.cli import option_names
 
