@@ -106,7 +106,7 @@ class KVCacheManager(SlotAllocation):
     @use_eagle.setter
     def use_eagle(self, value: bool) -> None:
         self._use_eagle = value
-        self.single_type_manager.eagle_drop = value and not self._hash_lookahead_tokens
+        self._set_eagle_drop()
 
     @property
     def hash_lookahead_tokens(self) -> int:
@@ -117,7 +117,11 @@ class KVCacheManager(SlotAllocation):
     @hash_lookahead_tokens.setter
     def hash_lookahead_tokens(self, value: int) -> None:
         self._hash_lookahead_tokens = value
-        self.single_type_manager.eagle_drop = self._use_eagle and not value
+        self._set_eagle_drop()
+
+    def _set_eagle_drop(self) -> None:
+        """The group drops a hit's last block for EAGLE unless the hashes look ahead."""
+        self.single_type_manager.eagle_drop = self._use_eagle and not self._hash_lookahead_tokens
 
     @property
     def usage(self) -> float:
