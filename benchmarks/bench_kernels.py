@@ -138,8 +138,7 @@ def bench_extend(t: AttentionTimer) -> list[dict]:
 
 def bench_mixed(t: AttentionTimer) -> list[dict]:
     rows = []
-    for dec, new, prefix in (([4096] * 64, [2048], [0]), ([2048] * 32, [512, 512], [4096, 0]),
-                             ([1024] * 128, [1024], [8192])):
+    for dec, new, prefix in kernel_ab.MIXED_CASES:
         one = t.mixed_call(dec, new, prefix)
         d, p = t.decode_call(dec), t.extend_call(new, prefix)
         times = alternate({"mixed": one, "decode": d, "prefill": p,

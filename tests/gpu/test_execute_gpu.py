@@ -33,10 +33,11 @@ OSS = {"hidden_size": 1024, "intermediate_size": 2048, "attention_sinks": True,
        "qkv_bias": True}
 
 
-def test_scenario_executes_under_graphs(tmp_path: Path) -> None:
-    """All 11 steps run on the logged tables; graph, eager and every part are timed, and a
-    graph is never slower than eager launches."""
-    log = scenario_log(tmp_path / "log.jsonl.gz", dtype="bf16", arch=LLAMA, **LAYOUT)
+def _execute_scenario(tmp_path: Path, arch: dict[str, Any]
+                      ) -> tuple[Any, dict[int, list[dict[str, Any]]]]:
+    """The scenario log of `arch` executed under graphs: all 11 steps run on the logged
+    tables, graph, eager and every part timed, a graph never slower than eager launches."""
+    log = scenario_log(tmp_path / "log.jsonl.gz", dtype="bf16", arch=arch, **LAYOUT)
     raw = {o["step"]: o for o in _raw(log) if o["kind"] == "step"}
     traces: dict[int, list[dict[str, Any]]] = {}
     [sec] = execute_log(log, tmp_path / "out.jsonl", RunOptions(device="cuda", traces=traces))
@@ -45,25 +46,23 @@ def test_scenario_executes_under_graphs(tmp_path: Path) -> None:
         _check_trace(raw[row["step"]], row, traces[row["step"]], 2, 2)
         assert 0 < row["graph_s"] <= row["eager_s"] * 1.05, row
         assert all(row[f"{p}_s"] > 0 for p in ("attention", "linear", "other"))
-        assert row["replays"] >= 1
+    return sec, traces
+
+
+def test_scenario_executes_under_graphs(tmp_path: Path) -> None:
+    """All 11 steps run on the logged tables, each replayed, in full and piecewise graphs."""
+    sec, _ = _execute_scenario(tmp_path, LLAMA)
+    assert all(row["replays"] >= 1 for row in sec.rows)
     assert {r["batch"]["mode"] for r in sec.rows} == {"full", "piecewise"}
 
 
 def test_fp8_scenario_executes_under_graphs(tmp_path: Path) -> None:
     """An fp8-cache log (bf16 model, scales 0.5 / 2): all 11 steps run on the logged tables
     under graphs, every attention launch on a float8_e4m3fn cache of one byte a value."""
-    log = scenario_log(tmp_path / "log.jsonl.gz", dtype="bf16", arch={**LLAMA, **FP8},
-                       **LAYOUT)
-    raw = {o["step"]: o for o in _raw(log) if o["kind"] == "step"}
-    traces: dict[int, list[dict[str, Any]]] = {}
-    [sec] = execute_log(log, tmp_path / "out.jsonl", RunOptions(device="cuda", traces=traces))
-    assert [r["step"] for r in sec.rows] == list(range(11))
+    sec, traces = _execute_scenario(tmp_path, {**LLAMA, **FP8})
     for row in sec.rows:
-        _check_trace(raw[row["step"]], row, traces[row["step"]], 2, 2)
         assert {t["cache_dtype"] for t in traces[row["step"]] if t["op"] == "attention"} == \
             {"torch.float8_e4m3fn"}
-        assert 0 < row["graph_s"] <= row["eager_s"] * 1.05, row
-        assert all(row[f"{p}_s"] > 0 for p in ("attention", "linear", "other"))
     header = json.loads((tmp_path / "out.jsonl").read_text().splitlines()[0])
     heads, head_dim = LAYOUT["heads"][1:]
     assert header["memory"]["kv_dtype"] == "float8_e4m3fn"
