@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         "prefill": lambda: bench_prefill(t16), "fp8_ab": lambda: kernel_ab.fp8_ab(t16, t8),
         "extend_ab": lambda: kernel_ab.extend_ab(t16), "mixed_ab": lambda: kernel_ab.mixed_ab(t16),
         "host": lambda: kernel_ab.host(t16, t8),
+        "layout_ab": lambda: kernel_ab.layout_ab(t16, t8),
         "sdpa": lambda: {f"{b}x{c}_us": sdpa_decode(t16, [c] * b) for b, c in ((64, 4096),
                                                                             (16, 16384))},
         "cache_ops": lambda: kernel_sweeps.cache_ops(SHAPE),

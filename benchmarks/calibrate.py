@@ -79,6 +79,11 @@ GRIDS: dict[str, list[Point]] = {
     # serving; the other grids' mixed points have longer contexts or many decodes).
     "mixed_short": [(b, c, n, 0) for b in (1, 2, 4, 8, 16, 32) for c in (256, 512)
                     for n in (128, 256, 384)],
+    # Row counts no other grid has (measured after the linear curve was fitted, to test it
+    # where it interpolates): decodes, prefills between and beside the MoE tile switch, mixed.
+    "fresh": _grid([2, 8, 24, 64, 96], [1024], [200, 416, 472, 488, 504, 520, 560, 704, 960,
+                                                1152, 1600], [0, 1024],
+                   [(8, 1024, 464), (32, 1024, 440), (4, 2048, 1000), (24, 512, 232)], 1 << 20),
     "smoke": _grid([1, 8, 64, 256], [512, 4096], [512, 2048], [0, 4096], [(16, 1024, 512)],
                    1 << 19),
     "tiny": _grid([1, 3], [5], [6], [0, 7], [(2, 9, 5)], 1 << 10),

@@ -111,6 +111,68 @@ def fp8_ab(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
     return rows
 
 
+def head_major(t: AttentionTimer) -> tuple[torch.Tensor, torch.Tensor]:
+    """t's K and V caches stored head-major, `[blocks, kv_heads, block_size, head_size]`
+    (FlashInfer's HND), viewed as one-head caches of `blocks x kv_heads` blocks: block b of
+    head h is block `b * kv_heads + h`, so the shipped kernel reads an HND cache unchanged."""
+    def one(c: torch.Tensor) -> torch.Tensor:
+        n, b, h, d = c.shape
+        return c.permute(0, 2, 1, 3).contiguous().view(n * h, b, 1, d)
+    return one(t.k), one(t.v)
+
+
+def head_major_call(t: AttentionTimer, caches: tuple[torch.Tensor, torch.Tensor],
+                    lens: list[int], **kw: object) -> tuple[object, object]:
+    """A decode of `lens` over head-major `caches` as `len(lens) x kv_heads` one-head
+    sequences (same queries, same keys), and a function giving its output as `[seqs, q_heads,
+    head_size]` with the inputs of `t.decode_call`'s reference (q, tables)."""
+    heads = t.shape.num_kv_heads
+    q, tables = t.queries(len(lens)), t.tables(lens)
+    q1 = q.view(len(lens) * heads, -1, q.shape[-1])
+    hh = torch.arange(heads, device=tables.device, dtype=torch.int32)
+    t1 = (tables[:, None, :] * heads + hh[None, :, None]).reshape(len(lens) * heads, -1)
+    ctx = torch.tensor(lens, dtype=torch.int32, device=q.device).repeat_interleave(heads)
+    out = torch.empty_like(q1)
+    if t.kv_dtype != q.dtype:
+        kw.update(k_scale=t.k_scale, v_scale=t.v_scale)
+    most = max(lens)
+    fn = lambda: paged_decode_attention(q1, caches[0], caches[1], t1, ctx, max_context_len=most,
+                                        out=out, **kw)
+    return fn, (q, tables, lambda: (fn(), out.view(q.shape))[1])
+
+
+def layout_ab(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
+    """The cache's layout: token-major (shipped, `[blocks, block_size, heads, head_size]`)
+    against head-major (HND, each block's tokens of one head contiguous: 2 KB for fp8 at 16 x
+    128 instead of 128-byte rows 1 KB apart), bf16 and fp8, alternated; `*_x` = shipped bf16
+    time / that version's; err64 of head-major fp8 against float64."""
+    rows = []
+    hnd16, hnd8 = head_major(t16), head_major(t8)
+    for batch, ctx in FP8_SHAPES + ((64, 2048), (256, 1024)):
+        lens = [ctx] * batch
+        h16, _ = head_major_call(t16, hnd16, lens)
+        h8, (q, tables, out8) = head_major_call(t8, hnd8, lens)
+        fns = {"bf16": t16.decode_call(lens), "fp8": t8.decode_call(lens), "bf16_hnd": h16,
+               "fp8_hnd": h8}
+        for k, c in (("fp8_hnd_tab64w1", FP8_VARIANTS["tab64w1s3"]),
+                     ("bf16_hnd_tab64w2", BF16_VARIANTS["tab64w2s3"])):
+            tt, cc = (t8, hnd8) if k.startswith("fp8") else (t16, hnd16)
+            fns[k] = head_major_call(tt, cc, lens, config=c)[0]
+        times = alternate(fns, 5)
+        few = min(4, batch)
+        ref = ref_decode_attention(q[:few], t8.k, t8.v, tables[:few].tolist(), lens[:few],
+                                   variant=Variant(k_scale=t8.k_scale, v_scale=t8.v_scale))
+        err = float(rel_error_per_seq_head(out8()[:few], ref).max())
+        row = {"batch": batch, "ctx": ctx, **{f"{k}_us": v for k, v in times.items()},
+               **{f"{k}_x": times["bf16"] / v for k, v in times.items() if k != "bf16"},
+               **{f"{k}_tbps": (t8 if k.startswith("fp8") else t16).kv_bytes(lens) / v / 1e6
+                  for k, v in times.items()},
+               "fp8_hnd_err64": err}
+        rows.append(row)
+        print(f"layout_ab {row}", flush=True)
+    return rows
+
+
 def extend_ab(t16: AttentionTimer) -> list[dict]:
     """Extends of 16 new tokens over 16,384 cached (1 and 16 sequences): the shipped
     configuration and EXTEND_VARIANTS alternated with a decode reading the same KV, eager and

@@ -183,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         fitted = [p for p in cal.points if not held_out(p)]
         kv = cal.kv_cache_dtype
         models: dict[str, Any] = {
-            "fit": FitStepModel(cal.model, cal.gpu, 1, fit_coefficients(samples(cal, fitted)),
-                                "fit", kv_cache_dtype=kv),
+            "fit": FitStepModel(cal.model, cal.gpu, 1,
+                                fit_coefficients(samples(cal, fitted), curve=True), "fit",
+                                kv_cache_dtype=kv),
             "roofline": RooflineStepModel(cal.model, cal.gpu, kv_cache_dtype=kv)}
         others = [s for c in cals if c.model != cal.model for s in samples(c)]
         if len(others) >= 6:

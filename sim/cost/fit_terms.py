@@ -24,6 +24,7 @@ terms (6 terms: 63 small numpy solves).
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 
@@ -78,7 +79,7 @@ def padded_tokens(tokens: int) -> int:
     """Rows through the linear layers: the next capture size, or `tokens` above them all."""
     if tokens > MAX_CAPTURE_SIZE:
         return tokens
-    return int(next(s for s in CAPTURE_SIZES if s >= tokens))
+    return CAPTURE_SIZES[bisect.bisect_left(CAPTURE_SIZES, tokens)]
 
 
 def step_kind(num_decode: int, num_prefill: int) -> str:

@@ -5,6 +5,11 @@ calibration artefacts (executed steps, sim/cost/calibration.py): per step kind (
 prefill, mixed) and part, the efficiencies, the floor per launch and the cost per sequence;
 then per kind the median ratio of the whole step's graph time to its parts' sum (their
 overlap). A kind with fewer than MIN_POINTS points borrows the coefficients fitted on all.
+With `curve` (the per-shape 'fit'), the linear and other parts are then multiplied by a
+measured correction over the rows they run (`LinearCurve`): what GEMM libraries do at
+particular row counts (cuBLAS's tile waves, fast at 512 rows and slow just above; torch's
+grouped GEMM switching tiles at 128 rows per expert, Mixtral's bump at 480-512 tokens)
+follows no byte or FLOP count, only the artefact's own points. 'calibrated' has no curve.
 A point's features are the roofline's at the artefact's KV cache dtype (fp8: a byte a value).
 'fit' uses the artefact measured for this model shape, GPU and KV cache dtype; 'calibrated'
 fits all shipped artefacts together and applies their efficiencies and floors to any model and
@@ -14,14 +19,16 @@ not vLLM's).
 """
 from __future__ import annotations
 
+import bisect
 import statistics
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from sim.cost.calibration import Calibration
-from sim.cost.fit_terms import KINDS, PARTS, features, fit_nonnegative
+from sim.cost.fit_terms import KINDS, PARTS, features, fit_nonnegative, padded_tokens
 from sim.cost.gpus import GpuSpec
 from sim.cost.model_config import ModelConfig
 from sim.cost.step_base import (
@@ -34,14 +41,47 @@ from sim.cost.step_base import (
 from sim.cost.step_roofline import RooflineStepModel
 
 MIN_POINTS = 6
+# A row count's ratio enters the linear curve only if at least CURVE_MIN_POINTS fitted shapes
+# ran those rows (one shape measured once is within run-to-run noise, ~5 % on the H200, of
+# the fit) and their median misses 1 by more than CURVE_MIN_MISS; other row counts stay
+# anchors at 1, so the curve never bridges a measured row count (benchmarks/RESULTS.md,
+# "A linear curve over rows").
+CURVE_MIN_MISS = 0.03
+CURVE_MIN_POINTS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class LinearCurve:
+    """Measured / fitted time of the linear and other parts as a function of the rows they
+    run (tokens padded to a capture size): at each row count of the fitted points the median
+    ratio, linearly interpolated between them and held at the ends; empty: 1 everywhere."""
+
+    rows: tuple[int, ...] = ()
+    ratio: tuple[float, ...] = ()
+
+    def __call__(self, rows: int) -> float:
+        xs = self.rows
+        if not xs:
+            return 1.0
+        i = bisect.bisect_left(xs, rows)
+        if i == 0:
+            return self.ratio[0]
+        if i == len(xs):
+            return self.ratio[-1]
+        if xs[i] == rows:
+            return self.ratio[i]
+        x0, x1, y0, y1 = xs[i - 1], xs[i], self.ratio[i - 1], self.ratio[i]
+        return y0 + (y1 - y0) * (rows - x0) / (x1 - x0)
 
 
 @dataclass(frozen=True, slots=True)
 class Coefficients:
-    """Per kind: one row of TERMS coefficients per part, and the graph / parts-sum ratio."""
+    """Per kind: one row of TERMS coefficients per part, and the graph / parts-sum ratio;
+    the linear parts' correction over rows (`LinearCurve`, identity unless fitted)."""
 
     terms: dict[str, np.ndarray]
     ratio: dict[str, float]
+    curve: LinearCurve = LinearCurve()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +92,7 @@ class Sample:
     rows: list[list[float]]
     parts: tuple[float, float, float]
     graph_s: float
+    linear_rows: int = 0
 
 
 def point_batch(point: dict[str, object]) -> tuple[int, int, list[tuple[int, int]]]:
@@ -73,7 +114,9 @@ def samples(cal: Calibration, points: Iterable[dict[str, object]] | None = None)
         if roof.decode_context_cap is not None and decodes:
             ctx_sum = decodes * min(ctx_sum // decodes, roof.decode_context_cap)
         kind, rows = features(roof, decodes, ctx_sum, prefills)
-        out.append(Sample(kind, rows, parts, float(p["graph_s"])))  # type: ignore[arg-type]
+        tokens = decodes + sum(new for new, _ in prefills)
+        out.append(Sample(kind, rows, parts, float(p["graph_s"]),  # type: ignore[arg-type]
+                          padded_tokens(tokens)))
     return out
 
 
@@ -83,8 +126,28 @@ def _fit_parts(group: Sequence[Sample]) -> np.ndarray:
                      for i in range(len(PARTS))])
 
 
-def fit_coefficients(data: Sequence[Sample]) -> Coefficients:
-    """Fit every kind (see the module docstring). Raises ValueError without samples."""
+def _dot(coef: Sequence[float], values: Sequence[float]) -> float:
+    return float(sum(c * v for c, v in zip(coef, values)))
+
+
+def linear_curve(data: Sequence[Sample], terms: dict[str, np.ndarray]) -> LinearCurve:
+    """The median measured / fitted ratio of the linear plus other parts per row count: 1
+    where fewer than CURVE_MIN_POINTS shapes ran it or the miss is within CURVE_MIN_MISS."""
+    by_rows: dict[int, list[float]] = defaultdict(list)
+    for s in data:
+        fitted = _dot(terms[s.kind][1], s.rows[1]) + _dot(terms[s.kind][2], s.rows[2])
+        if fitted > 0:
+            by_rows[s.linear_rows].append((s.parts[1] + s.parts[2]) / fitted)
+    rows = tuple(sorted(by_rows))
+    med = [statistics.median(by_rows[r]) if len(by_rows[r]) >= CURVE_MIN_POINTS else 1.0
+           for r in rows]
+    ratio = tuple(m if abs(m - 1) > CURVE_MIN_MISS else 1.0 for m in med)
+    return LinearCurve(rows, ratio) if any(r != 1.0 for r in ratio) else LinearCurve()
+
+
+def fit_coefficients(data: Sequence[Sample], *, curve: bool = False) -> Coefficients:
+    """Fit every kind (see the module docstring); with `curve`, the linear parts' correction
+    over rows too. Raises ValueError without samples."""
     if len(data) < MIN_POINTS:
         raise ValueError(f"a fit needs at least {MIN_POINTS} points with attention_s, "
                          f"linear_s and other_s measured; got {len(data)}")
@@ -94,7 +157,7 @@ def fit_coefficients(data: Sequence[Sample]) -> Coefficients:
         group = [s for s in data if s.kind == kind]
         terms[kind] = _fit_parts(group) if len(group) >= MIN_POINTS else pooled
         ratio[kind] = statistics.median(s.graph_s / sum(s.parts) for s in (group or data))
-    return Coefficients(terms, ratio)
+    return Coefficients(terms, ratio, linear_curve(data, terms) if curve else LinearCurve())
 
 
 class FitStepModel(StepModel):
@@ -111,6 +174,7 @@ class FitStepModel(StepModel):
         self._terms = {kind: [[float(c) for c in row] for row in coef.terms[kind]]
                        for kind in coef.terms}
         self.overhead_s, self.per_seq_overhead_s = overhead_s, per_seq_overhead_s
+        self._curved = bool(coef.curve.rows)
 
     def gpu_parts(self, num_decode: int, sum_decode_context: int,
                   prefills: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
@@ -119,6 +183,10 @@ class FitStepModel(StepModel):
         terms, ratio = self._terms[kind], self.coef.ratio[kind]
         att, lin, other = (sum(c * v for c, v in zip(terms[i], rows[i])) * ratio
                            for i in range(3))
+        if self._curved:
+            tokens = num_decode + sum(new for new, _ in prefills)
+            bend = self.coef.curve(padded_tokens(tokens))
+            lin, other = lin * bend, other * bend
         return att, lin, other
 
     def predict_split(self, num_decode: int, sum_decode_context: int,

@@ -39,7 +39,7 @@ def make_fit(arg: str, model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype
                              f"({model.dtype}, kv {kv}) on {gpu.name} at tp {tp} (use "
                              "--step-model calibrated, or fit:FILE)")
         cal = found
-    coef = fit_coefficients(samples(cal))
+    coef = fit_coefficients(samples(cal), curve=True)
     return FitStepModel(model, gpu, tp, coef, f"fit: {cal.describe()}",
                         kv_cache_dtype=kv_cache_dtype)
 

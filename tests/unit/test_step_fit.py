@@ -182,3 +182,49 @@ def test_fit_needs_the_waves_term_for_short_chunks_over_long_prefixes() -> None:
     x[:, col] = 0.0
     worst = float(np.abs(x @ fit_nonnegative(x, y) / y - 1).max())
     assert worst > 0.15
+
+
+def test_linear_curve_interpolates_and_holds_its_ends() -> None:
+    """Between row counts the ratio is linear; outside them it is the nearest end's; an empty
+    curve is 1 everywhere."""
+    from sim.cost.step_fit import LinearCurve
+
+    curve = LinearCurve((16, 48, 512), (1.0, 1.2, 0.9))
+    assert curve(16) == 1.0 and curve(48) == 1.2 and curve(512) == 0.9
+    assert curve(32) == pytest.approx(1.1)
+    assert curve(1) == 1.0 and curve(4096) == 0.9
+    assert LinearCurve()(300) == 1.0
+
+
+def test_fit_curve_keeps_a_bump_seen_twice_and_ignores_one_seen_once(tmp_path: Path) -> None:
+    """Noise-free points whose linear part runs 25 % slow at 512 rows (two shapes) and at 1,000
+    (one shape): the curve bends up at 512 (by what the refitted terms do not already absorb),
+    holds 1 at 1,000 (one shape is not trusted over the fit) and stays near 1 elsewhere;
+    the 512-row steps are then predicted to within 2 %."""
+    from sim.cost.step_fit import CURVE_MIN_POINTS, FitStepModel
+
+    assert CURVE_MIN_POINTS == 2
+    points = _points(0.0)
+    extra = [(0, 0, 512, 0), (0, 0, 512, 4096), (0, 0, 1000, 64)]
+    roof = RooflineStepModel(MODEL, GPU)
+    for b, c, n, p in extra:
+        point = {"num_decode": b, "decode_context": c, "prefill_new": n, "prefill_prefix": p}
+        kind, rows = features(roof, *point_batch(point))
+        parts = [float(np.dot(TRUE[kind][i], rows[i])) * (1.25 if i else 1.0) for i in range(3)]
+        points.append({**point, "kind": kind, "attention_s": parts[0], "linear_s": parts[1],
+                       "other_s": parts[2], "graph_s": 0.97 * sum(parts)})
+    data = samples(read_calibration(_artefact(tmp_path, points)))
+    flat = fit_coefficients(data)
+    assert flat.curve.rows == ()
+    coef = fit_coefficients(data, curve=True)
+    curve = coef.curve
+    assert 1.15 < curve(512) < 1.25
+    assert curve(1000) == 1.0
+    assert all(0.95 < r < 1.05 for row, r in zip(curve.rows, curve.ratio) if row != 512)
+    curved, plain = FitStepModel(MODEL, GPU, 1, coef, "fit"), FitStepModel(MODEL, GPU, 1, flat, "")
+    for want in points[-3:-1]:
+        prefills = [(want["prefill_new"], want["prefill_prefix"])]
+        got = sum(curved.gpu_parts(0, 0, prefills)[1:])
+        measured = coef.ratio["prefill"] * (want["linear_s"] + want["other_s"])
+        assert got == pytest.approx(measured, rel=0.02)
+        assert sum(plain.gpu_parts(0, 0, prefills)[1:]) < 0.9 * got
