@@ -84,6 +84,12 @@ GRIDS: dict[str, list[Point]] = {
     "fresh": _grid([2, 8, 24, 64, 96], [1024], [200, 416, 472, 488, 504, 520, 560, 704, 960,
                                                 1152, 1600], [0, 1024],
                    [(8, 1024, 464), (32, 1024, 440), (4, 2048, 1000), (24, 512, 232)], 1 << 20),
+    # Every CUDA-graph capture size from 136 to 512 rows, as a prefill and as 8 decodes beside
+    # a chunk: steps of up to 512 tokens run their GEMMs at exactly these row counts, and
+    # cuBLAS's choices vary between neighbours (Llama-3-8B's gate/up GEMM: 277 us at 448 rows,
+    # 166-186 at 432-464), which only the linear curve at that row count can follow.
+    "capture": [pt for s in (*range(136, 256, 8), *range(256, 513, 16))
+                for pt in ((0, 0, s, 0), (8, 1024, s - 8, 0))],
     "smoke": _grid([1, 8, 64, 256], [512, 4096], [512, 2048], [0, 4096], [(16, 1024, 512)],
                    1 << 19),
     "tiny": _grid([1, 3], [5], [6], [0, 7], [(2, 9, 5)], 1 << 10),

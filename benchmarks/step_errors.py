@@ -34,7 +34,7 @@ from sim.cost.gpus import get_gpu
 from sim.cost.model_config import ModelConfig
 from sim.cost.step_fit import FitStepModel, fit_coefficients, point_batch, samples
 from sim.cost.step_roofline import RooflineStepModel
-from sim.cost.step_specs import make_calibrated, make_fit
+from sim.cost.step_specs import make_auto, make_calibrated
 
 
 def held_out(point: dict[str, Any]) -> bool:
@@ -89,10 +89,18 @@ def report(name: str, rows: list[dict[str, Any]], models: list[str]) -> list[str
         for split in ("fitted", "held"):
             group = [r for r in rows if (kind == "all" or r["kind"] == kind)
                      and r["held"] == (split == "held")]
-            cells = [_stats([abs(r[m][part] / r[part] - 1) for r in group]) for m in models
+            cells = [_stats([abs(r[m][part] / r[part] - 1) for r in group
+                             if r[part] is not None]) for m in models
                      for part in ("attention", "linear", "total")]
             lines.append(f"{kind:<8} {split:<6} {len(group):>3} " + " ".join(cells))
     return lines
+
+
+def _label(name: str) -> str:
+    """A legend label: an executed file's scenario (its log's folder), else the shape's name."""
+    if name.startswith(".") or "/" in name.split(" ")[0]:
+        return "executed " + Path(name.split(" ")[0]).parent.name
+    return name
 
 
 def plot(rows_by: dict[str, list[dict[str, Any]]], path: str) -> None:
@@ -101,7 +109,10 @@ def plot(rows_by: dict[str, list[dict[str, Any]]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 7.5))
+    every = [v * 1e3 for rows in rows_by.values() for r in rows
+             for v in (r["total"], r["fit"]["total"], r["roofline"]["total"])]
+    lo, hi = min(every) / 1.5, max(every) * 1.5
     for ax, model in zip(axes, ("fit", "roofline")):
         for name, rows in rows_by.items():
             for held, marker in ((False, "."), (True, "x")):
@@ -109,33 +120,38 @@ def plot(rows_by: dict[str, list[dict[str, Any]]], path: str) -> None:
                        if r["held"] == held]
                 if pts:
                     ax.scatter(*zip(*pts), marker=marker, s=14,
-                               label=f"{name} {'held' if held else 'fitted'}")
-        ax.plot([0.1, 1e4], [0.1, 1e4], "k:", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel="executed step (graph), ms",
-               ylabel=f"{model} predicted, ms", title=f"{model} vs executed")
-    axes[0].legend(fontsize=6)
-    fig.tight_layout()
+                               label=f"{_label(name)} {'held' if held else 'fitted'}")
+        ax.plot([lo, hi], [lo, hi], "k:", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+               xlabel="executed step (graph), ms", ylabel=f"{model} predicted, ms",
+               title=f"{model} vs executed (x: held out)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.22, 1, 1))
     fig.savefig(path, dpi=120)
 
 
 def executed_rows(path: str) -> tuple[str, list[dict[str, Any]]]:
     """Steps of an executed-steps file (python -m kernels.execute) against the shipped fit for
-    its model, the calibrated roofline and the roofline."""
+    its model (the roofline where none is shipped: the title says so), the calibrated roofline
+    and the roofline."""
     lines = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
     header = lines[0]
     model, gpu = model_of(header["model"], path), get_gpu(header["device"]["name"])
     kv = kv_dtype_of(header["model"], path)
     kv = "auto" if kv == model.dtype else kv
-    models = {"fit": make_fit("", model, gpu, 1, kv, "fit"),
-              "calibrated": make_calibrated(model, gpu, 1, kv),
+    fit = make_auto(model, gpu, 1, kv)  # the shipped fit, else the roofline (said in the title)
+    models = {"fit": fit, "calibrated": make_calibrated(model, gpu, 1, kv),
               "roofline": RooflineStepModel(model, gpu, kv_cache_dtype=kv)}
     out = []
     for step in lines[1:]:
         b = step["batch"]
-        if not step.get("graph_s") or not isinstance(step.get("attention_s"), float):
+        if not step.get("graph_s"):
             continue
+        parts = isinstance(step.get("attention_s"), float)  # not under --no-parts
         row = {"kind": step_kind(b["num_decode"], len(b["prefill"])), "held": True,
-               "attention": step["attention_s"], "linear": step["linear_s"] + step["other_s"],
+               "attention": step["attention_s"] if parts else None,
+               "linear": step["linear_s"] + step["other_s"] if parts else None,
                "total": step["graph_s"]}
         for name, m in models.items():
             decodes, ctx, prefills = b["num_decode"], b["decode_context_sum"], b["prefill"]
@@ -147,7 +163,8 @@ def executed_rows(path: str) -> tuple[str, list[dict[str, Any]]]:
                 att, lin = st.attention_s, st.linear_s
             row[name] = {"attention": att, "linear": lin, "total": att + lin}
         out.append(row)
-    return f"{header['log']} ({row_name(model, kv)}, {len(out)} executed steps)", out
+    note = "" if isinstance(fit, FitStepModel) else "; no shipped calibration: fit = roofline"
+    return f"{header['log']} ({row_name(model, kv)}, {len(out)} executed steps{note})", out
 
 
 def row_name(model: ModelConfig, kv_cache_dtype: str) -> str:

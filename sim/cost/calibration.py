@@ -23,11 +23,16 @@ FORMAT, FORMAT_VERSION = "pagedsim-step-calibration", 1
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # An artefact's model.kv_cache_dtype (kernels/execute/arch.py's names) as sim's names.
 _KV_DTYPES = {**_TORCH_DTYPES, "fp8_e4m3": "fp8_e4m3"}
-# The fields of a model that change a step's work (names are not compared).
+# The fields of a model that change a step's work (names are not compared). An artefact
+# matches a run on all but the sliding window (MATCH_FIELDS): the window changes which keys
+# attention reads, and the fit's features count those keys (a window-256 Mistral-7B's
+# executed steps: 1.9 % / 5.3 % median / p90 with the Mistral-7B artefacts,
+# benchmarks/RESULTS.md).
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size", "vocab_size", "sliding_window", "gated_mlp", "qkv_bias",
                 "qk_norm", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                 "shared_expert_intermediate_size")
+MATCH_FIELDS = tuple(f for f in SHAPE_FIELDS if f != "sliding_window")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +59,7 @@ class Calibration:
     def matches(self, model: ModelConfig, gpu: GpuSpec, tp: int, kv_dtype: str) -> bool:
         """Whether this artefact measured `model`'s shape and dtype, with the KV cache dtype
         `kv_dtype` (a `--kv-cache-dtype` value), on `gpu` at tp 1."""
-        same_shape = all(getattr(self.model, f) == getattr(model, f) for f in SHAPE_FIELDS)
+        same_shape = all(getattr(self.model, f) == getattr(model, f) for f in MATCH_FIELDS)
         return (same_shape and tp == 1 and self.model.dtype == model.dtype
                 and self.kv_dtype == run_kv_dtype(model, kv_dtype)
                 and gpu.name == self.gpu_name)

@@ -228,3 +228,18 @@ def test_fit_curve_keeps_a_bump_seen_twice_and_ignores_one_seen_once(tmp_path: P
         measured = coef.ratio["prefill"] * (want["linear_s"] + want["other_s"])
         assert got == pytest.approx(measured, rel=0.02)
         assert sum(plain.gpu_parts(0, 0, prefills)[1:]) < 0.9 * got
+
+
+def test_shipped_artefact_matches_across_sliding_windows_only() -> None:
+    """A model that differs from a shipped artefact's only in its sliding window takes that
+    artefact (the window enters through the keys attention reads); another layer count not."""
+    import dataclasses
+
+    from sim.cost.calibration import find_shipped
+
+    base = get_model("Mistral-7B")
+    assert find_shipped(base, GPU, 1, "auto") is not None
+    assert find_shipped(dataclasses.replace(base, sliding_window=256), GPU, 1, "auto") is not None
+    assert find_shipped(dataclasses.replace(base, sliding_window=None), GPU, 1, "auto") is not None
+    assert find_shipped(dataclasses.replace(base, num_layers=base.num_layers + 1), GPU, 1,
+                        "auto") is None
