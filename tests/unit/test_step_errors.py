@@ -42,3 +42,46 @@ def test_fp8_artefact_is_its_own_row(tmp_path: Path) -> None:
     assert pairs and all(a["shape"] == b["shape"] for a, b in pairs)
     assert all(0.4 < b["roofline"]["attention"] / a["roofline"]["attention"] < 0.6
                for a, b in pairs)
+
+
+def _executed_file(tmp_path: Path, name: str, window: int | None, slow: float) -> Path:
+    """An executed-steps file (kernels.execute's format, run with --no-parts) of three steps
+    of `name` with sliding window `window`, each `slow` x the shipped fit's prediction."""
+    import dataclasses
+
+    from sim.cost.gpus import get_gpu
+    from sim.cost.models import get_model
+    from sim.cost.step_specs import make_auto
+    from sim.results.alloc_log import architecture
+
+    m = dataclasses.replace(get_model(name), sliding_window=window)
+    model = {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
+             "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "dtype": "bfloat16",
+             "kv_cache_dtype": "bfloat16", "sliding_window": window, **architecture(m)}
+    fit = make_auto(m, get_gpu("H200"), 1, "auto")
+    lines = [{"kind": "header", "log": "x/allocation_log.jsonl.gz", "model": model,
+              "device": {"name": "NVIDIA H200"}}]
+    for decodes, ctx, prefill in ((8, 1024, []), (0, 0, [[512, 0]]), (4, 2048, [[256, 512]])):
+        att, lin, other = fit.gpu_parts(decodes, decodes * ctx, [tuple(p) for p in prefill])
+        lines.append({"kind": "step", "batch": {"num_decode": decodes,
+                                                "decode_context_sum": decodes * ctx,
+                                                "prefill": prefill},
+                      "graph_s": slow * (att + lin + other), "attention_s": None,
+                      "linear_s": None, "other_s": None})
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_executed_steps_without_parts_report_totals(tmp_path: Path) -> None:
+    """Steps executed with --no-parts count for the whole step (10 % slow: 10 % error) and
+    leave the part columns empty; a sliding-window variant of a shipped shape takes its fit."""
+    errors = load_benchmark("step_errors")
+    for window in (None, 256):
+        title, rows = errors.executed_rows(str(_executed_file(tmp_path, "Llama-3-8B", window,
+                                                               1.1)))
+        assert "3 executed steps" in title and "fit = roofline" not in title
+        assert all(r["attention"] is None for r in rows)
+        assert all(abs(r["fit"]["total"] / r["total"] - 1 / 1.1) < 1e-9 for r in rows)
+        line = [x for x in errors.report("t", rows, ["fit"]) if x.startswith("all      held")]
+        assert "9.1%" in line[0] and line[0].count("-") >= 2
