@@ -136,9 +136,15 @@ def head_major_call(t: AttentionTimer, caches: tuple[torch.Tensor, torch.Tensor]
     if t.kv_dtype != q.dtype:
         kw.update(k_scale=t.k_scale, v_scale=t.v_scale)
     most = max(lens)
-    fn = lambda: paged_decode_attention(q1, caches[0], caches[1], t1, ctx, max_context_len=most,
-                                        out=out, **kw)
-    return fn, (q, tables, lambda: (fn(), out.view(q.shape))[1])
+
+    def fn() -> None:
+        paged_decode_attention(q1, caches[0], caches[1], t1, ctx, max_context_len=most,
+                               out=out, **kw)
+
+    def output() -> torch.Tensor:
+        fn()
+        return out.view(q.shape)
+    return fn, (q, tables, output)
 
 
 def layout_ab(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:

@@ -98,9 +98,8 @@ def report(name: str, rows: list[dict[str, Any]], models: list[str]) -> list[str
 
 def _label(name: str) -> str:
     """A legend label: an executed file's scenario (its log's folder), else the shape's name."""
-    if name.startswith(".") or "/" in name.split(" ")[0]:
-        return "executed " + Path(name.split(" ")[0]).parent.name
-    return name
+    first = name.split(" ")[0]
+    return f"executed {Path(first).parent.name}" if "/" in first else name
 
 
 def plot(rows_by: dict[str, list[dict[str, Any]]], path: str) -> None:

@@ -82,6 +82,11 @@ def padded_tokens(tokens: int) -> int:
     return CAPTURE_SIZES[bisect.bisect_left(CAPTURE_SIZES, tokens)]
 
 
+def linear_rows(num_decode: int, prefills: Sequence[tuple[int, int]]) -> int:
+    """Rows a step's linear layers run: its new tokens, padded (`padded_tokens`)."""
+    return padded_tokens(num_decode + sum(new for new, _ in prefills))
+
+
 def step_kind(num_decode: int, num_prefill: int) -> str:
     return "mixed" if num_decode and num_prefill else ("decode" if num_decode else "prefill")
 

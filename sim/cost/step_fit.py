@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.cost.calibration import Calibration
-from sim.cost.fit_terms import KINDS, PARTS, features, fit_nonnegative, padded_tokens
+from sim.cost.fit_terms import KINDS, PARTS, features, fit_nonnegative, linear_rows
 from sim.cost.gpus import GpuSpec
 from sim.cost.model_config import ModelConfig
 from sim.cost.step_base import (
@@ -114,9 +114,8 @@ def samples(cal: Calibration, points: Iterable[dict[str, object]] | None = None)
         if roof.decode_context_cap is not None and decodes:
             ctx_sum = decodes * min(ctx_sum // decodes, roof.decode_context_cap)
         kind, rows = features(roof, decodes, ctx_sum, prefills)
-        tokens = decodes + sum(new for new, _ in prefills)
         out.append(Sample(kind, rows, parts, float(p["graph_s"]),  # type: ignore[arg-type]
-                          padded_tokens(tokens)))
+                          linear_rows(decodes, prefills)))
     return out
 
 
@@ -174,7 +173,6 @@ class FitStepModel(StepModel):
         self._terms = {kind: [[float(c) for c in row] for row in coef.terms[kind]]
                        for kind in coef.terms}
         self.overhead_s, self.per_seq_overhead_s = overhead_s, per_seq_overhead_s
-        self._curved = bool(coef.curve.rows)
 
     def gpu_parts(self, num_decode: int, sum_decode_context: int,
                   prefills: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
@@ -183,9 +181,8 @@ class FitStepModel(StepModel):
         terms, ratio = self._terms[kind], self.coef.ratio[kind]
         att, lin, other = (sum(c * v for c, v in zip(terms[i], rows[i])) * ratio
                            for i in range(3))
-        if self._curved:
-            tokens = num_decode + sum(new for new, _ in prefills)
-            bend = self.coef.curve(padded_tokens(tokens))
+        if self.coef.curve.rows:
+            bend = self.coef.curve(linear_rows(num_decode, prefills))
             lin, other = lin * bend, other * bend
         return att, lin, other
 

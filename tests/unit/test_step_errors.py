@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from tests.benchkit import load_benchmark
-from tests.unit.test_step_fit import _artefact, _points
+from tests.unit.test_step_fit import _artefact, _points, model_fields
 
 
 def test_error_report_on_synthetic_artefacts(tmp_path: Path) -> None:
@@ -52,12 +52,9 @@ def _executed_file(tmp_path: Path, name: str, window: int | None, slow: float) -
     from sim.cost.gpus import get_gpu
     from sim.cost.models import get_model
     from sim.cost.step_specs import make_auto
-    from sim.results.alloc_log import architecture
 
     m = dataclasses.replace(get_model(name), sliding_window=window)
-    model = {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
-             "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "dtype": "bfloat16",
-             "kv_cache_dtype": "bfloat16", "sliding_window": window, **architecture(m)}
+    model = {**model_fields(m), "kv_cache_dtype": "bfloat16"}
     fit = make_auto(m, get_gpu("H200"), 1, "auto")
     lines = [{"kind": "header", "log": "x/allocation_log.jsonl.gz", "model": model,
               "device": {"name": "NVIDIA H200"}}]

@@ -21,6 +21,7 @@ from sim.cost.fit_terms import (
     tile_waves,
 )
 from sim.cost.gpus import get_gpu
+from sim.cost.model_config import ModelConfig
 from sim.cost.models import get_model
 from sim.cost.step_extras import ExtendedStepModel
 from sim.cost.step_fit import fit_coefficients, point_batch, samples
@@ -57,12 +58,16 @@ def _points(noise: float, seed: int = 0, name: str = "Llama-3-8B") -> list[dict[
     return out
 
 
+def model_fields(m: ModelConfig) -> dict[str, Any]:
+    """`m` as an artefact's (or an executed-steps header's) bf16 `model` object."""
+    return {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
+            "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "dtype": "bfloat16",
+            "sliding_window": m.sliding_window, **architecture(m)}
+
+
 def _artefact(tmp_path: Path, points: list[dict[str, Any]], name: str = "Llama-3-8B",
               file: str = "cal.json") -> Path:
-    m = get_model(name)
-    model = {"name": m.name, "num_layers": m.num_layers, "num_heads": m.num_heads,
-             "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "dtype": "bfloat16",
-             "sliding_window": m.sliding_window, **architecture(m)}
+    model = model_fields(get_model(name))
     path = tmp_path / file
     path.write_text(json.dumps({"format": "pagedsim-step-calibration", "format_version": 1,
                                 "model": model, "tp": 1, "device": {"name": "NVIDIA H200"},
