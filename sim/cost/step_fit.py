@@ -41,11 +41,13 @@ from sim.cost.step_base import (
 from sim.cost.step_roofline import RooflineStepModel
 
 MIN_POINTS = 6
-# A row count's ratio enters the linear curve only if at least CURVE_MIN_POINTS fitted shapes
-# ran those rows (one shape measured once is within run-to-run noise, ~5 % on the H200, of
-# the fit) and their median misses 1 by more than CURVE_MIN_MISS; other row counts stay
-# anchors at 1, so the curve never bridges a measured row count (benchmarks/RESULTS.md,
-# "A linear curve over rows").
+# The linear curve's value at a row count: the median measured / fitted ratio of its fitted
+# shapes where at least CURVE_MIN_POINTS ran it; where one shape did (one measurement, within
+# run-to-run noise of the fit, ~5 % on the H200), the median of its ratio and those of the
+# nearest measured row counts below and above, so that a lone point counts only where a
+# neighbour agrees (the smooth bumps of grouped GEMMs keep it, a lone noisy point or a spike
+# seen once does not). A value within CURVE_MIN_MISS of 1 is 1 (benchmarks/RESULTS.md,
+# "A linear curve over rows" and "Lone row counts").
 CURVE_MIN_MISS = 0.03
 CURVE_MIN_POINTS = 2
 
@@ -130,17 +132,19 @@ def _dot(coef: Sequence[float], values: Sequence[float]) -> float:
 
 
 def linear_curve(data: Sequence[Sample], terms: dict[str, np.ndarray]) -> LinearCurve:
-    """The median measured / fitted ratio of the linear plus other parts per row count: 1
-    where fewer than CURVE_MIN_POINTS shapes ran it or the miss is within CURVE_MIN_MISS."""
+    """The measured / fitted ratio of the linear plus other parts per row count (see
+    CURVE_MIN_POINTS); identity where no row count misses by more than CURVE_MIN_MISS."""
     by_rows: dict[int, list[float]] = defaultdict(list)
     for s in data:
         fitted = _dot(terms[s.kind][1], s.rows[1]) + _dot(terms[s.kind][2], s.rows[2])
         if fitted > 0:
             by_rows[s.linear_rows].append((s.parts[1] + s.parts[2]) / fitted)
     rows = tuple(sorted(by_rows))
-    med = [statistics.median(by_rows[r]) if len(by_rows[r]) >= CURVE_MIN_POINTS else 1.0
-           for r in rows]
-    ratio = tuple(m if abs(m - 1) > CURVE_MIN_MISS else 1.0 for m in med)
+    med = [statistics.median(by_rows[r]) for r in rows]
+    values = [m if len(by_rows[r]) >= CURVE_MIN_POINTS
+              else statistics.median(med[i - 1:i + 2]) if 0 < i < len(rows) - 1 else 1.0
+              for i, (r, m) in enumerate(zip(rows, med))]
+    ratio = tuple(v if abs(v - 1) > CURVE_MIN_MISS else 1.0 for v in values)
     return LinearCurve(rows, ratio) if any(r != 1.0 for r in ratio) else LinearCurve()
 
 

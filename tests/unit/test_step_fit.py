@@ -235,6 +235,25 @@ def test_fit_curve_keeps_a_bump_seen_twice_and_ignores_one_seen_once(tmp_path: P
         assert sum(plain.gpu_parts(0, 0, prefills)[1:]) < 0.9 * got
 
 
+def test_lone_row_counts_count_where_a_neighbour_agrees(tmp_path: Path) -> None:
+    """Three neighbouring row counts (336, 352, 368), each run by one shape, all 20 % slow: a
+    smooth bump, kept at each (every lone value has an agreeing neighbour); a fourth lone count
+    (1,000 rows) 20 % slow between row counts that run as fitted: a spike seen once, held at 1.
+    """
+    points = _points(0.0)
+    roof = RooflineStepModel(MODEL, GPU)
+    for n, slow in ((336, 1.2), (352, 1.2), (368, 1.2), (1000, 1.2), (960, 1.0), (1024, 1.0)):
+        point = {"num_decode": 0, "decode_context": 0, "prefill_new": n, "prefill_prefix": 0}
+        kind, rows = features(roof, *point_batch(point))
+        parts = [float(np.dot(TRUE[kind][i], rows[i])) * (slow if i else 1.0) for i in range(3)]
+        points.append({**point, "kind": kind, "attention_s": parts[0], "linear_s": parts[1],
+                       "other_s": parts[2], "graph_s": 0.97 * sum(parts)})
+    curve = fit_coefficients(samples(read_calibration(_artefact(tmp_path, points))),
+                             curve=True).curve
+    assert all(1.12 < curve(n) < 1.25 for n in (336, 352, 368))
+    assert curve(1000) == 1.0
+
+
 def test_shipped_artefact_matches_across_sliding_windows_only() -> None:
     """A model that differs from a shipped artefact's only in its sliding window takes that
     artefact (the window enters through the keys attention reads); another layer count not."""
