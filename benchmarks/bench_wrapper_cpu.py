@@ -1,8 +1,11 @@
-"""Host cost of paged_decode_attention's own Python, on CPU tensors (the launch a no-op).
+"""Host cost of the attention wrappers' own Python, on CPU tensors (the launch a no-op).
 
-Times the wrapper on the same tensors every call and on fresh q / out views every call (as a
-forward pass makes them; the views' own cost is subtracted) at Llama-3-8B layer shapes (32 / 8
-heads, head size 128, block size 16, bf16 or fp8 cache). Each round runs in a fresh process;
+Times paged_decode_attention (decodes), paged_prefill_attention (short extends) and
+paged_attention (decodes and a prefill chunk in one batch), all given tensors and their maxima
+(the calls that sync nothing), on the same tensors every call and on fresh q / out views every
+call (as a forward pass makes them; the views' own cost is subtracted) at Llama-3-8B layer
+shapes (32 / 8 heads, head size 128, block size 16, bf16 or fp8 cache; "extend 3x10/384": 3
+sequences of 10 new tokens over 384 cached). Each round runs in a fresh process;
 `--baseline DIR` (another commit's kernels: `git archive REV kernels | tar -x -C DIR`) alternates
 its rounds with this tree's, so that a shared machine's swings hit both alike. Caches are
 allocated, never filled (the wrapper reads no data). Times are CPU time of the process, so
@@ -27,9 +30,15 @@ import torch
 
 import kernels.attention as attention_module
 import kernels.decode_attention as decode_module
+from kernels.prefill_attention import paged_prefill_attention
 
 SHAPES = (("1x4096", 1, 4096, torch.bfloat16), ("64x4096", 64, 4096, torch.bfloat16),
           ("fp8 1x4096", 1, 4096, torch.float8_e4m3fn))
+# (name, (new tokens, context) per sequence, leading decodes: None for an extend batch)
+BATCHES = (("extend 3x10/384", [(10, 394)] * 3, None),
+           ("extend 1x16/16384", [(16, 16400)], None),
+           ("extend 16x16/16384", [(16, 16400)] * 16, None),
+           ("mixed 32x1/2048+512/4096", [(1, 2048)] * 32 + [(512, 4608)], 32))
 HEADS, KV_HEADS, HEAD_SIZE, BLOCK = 32, 8, 128, 16
 NUM_BLOCKS = 64 * 4096 // BLOCK + 64
 
@@ -71,18 +80,60 @@ def make_calls(wrapper: Callable[..., torch.Tensor], batch: int, ctx: int,
             "views": lambda: (q[:], out[:])}
 
 
+def make_batch_calls(seqs: list[tuple[int, int]], num_decodes: int | None
+                     ) -> dict[str, Callable[[], object]]:
+    """As `make_calls` for a batch of extends (paged_prefill_attention) or of decodes and
+    prefill chunks (paged_attention), bf16 cache."""
+    k = torch.empty(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_SIZE, dtype=torch.bfloat16)
+    v = torch.empty_like(k)
+    starts = [0]
+    for new, _ in seqs:
+        starts.append(starts[-1] + new)
+    q = torch.randn(starts[-1], HEADS, HEAD_SIZE, dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+    width = -(-max(ctx for _, ctx in seqs) // BLOCK)
+    tables = torch.arange(1, len(seqs) * width + 1, dtype=torch.int32).view(len(seqs), width)
+    lens = torch.tensor([ctx for _, ctx in seqs], dtype=torch.int32)
+    starts_t = torch.tensor(starts, dtype=torch.int32)
+    most_new, most_ctx = max(n for n, _ in seqs), max(c for _, c in seqs)
+    wrapper: Callable[..., torch.Tensor]
+    if num_decodes is None:
+        wrapper = paged_prefill_attention
+        kw: dict[str, object] = {"max_new_tokens": most_new, "max_context_len": most_ctx}
+    else:
+        wrapper = attention_module.paged_attention
+        kw = {"num_small_seqs": num_decodes, "small_query_len": 1, "max_query_len": most_new,
+              "max_context_len": most_ctx}
+    return {"same": lambda: wrapper(q, k, v, tables, starts_t, lens, out=out, **kw),
+            "fresh": lambda: wrapper(q[:], k, v, tables, starts_t, lens, out=out[:], **kw),
+            "views": lambda: (q[:], out[:])}
+
+
+def names() -> list[str]:
+    """The shapes' and batches' names, in timing order."""
+    return [shape for shape, *_ in SHAPES] + [name for name, *_ in BATCHES]
+
+
+def time_calls(res: dict[str, float], name: str, fns: dict[str, Callable[[], object]],
+               calls: int) -> None:
+    """Time one shape's calls from an empty launch cache into `res` (views subtracted)."""
+    decode_module.clear_launch_cache()
+    views = per_call_us(fns["views"], calls)
+    res[f"{name}/same"] = per_call_us(fns["same"], calls)
+    res[f"{name}/fresh"] = per_call_us(fns["fresh"], calls) - views
+
+
 def time_round(calls: int) -> dict[str, float]:
     """Every shape in turn: us per call, same tensors and fresh views (views subtracted)."""
-    res = {}
+    res: dict[str, float] = {}
     real = attention_module.for_device
     attention_module.for_device = lambda kernel, device: _NoLaunch()
     try:
         for shape, batch, ctx, kv_dtype in SHAPES:
-            decode_module.clear_launch_cache()
-            fns = make_calls(decode_module.paged_decode_attention, batch, ctx, kv_dtype)
-            views = per_call_us(fns["views"], calls)
-            res[f"{shape}/same"] = per_call_us(fns["same"], calls)
-            res[f"{shape}/fresh"] = per_call_us(fns["fresh"], calls) - views
+            time_calls(res, shape, make_calls(decode_module.paged_decode_attention, batch, ctx,
+                                              kv_dtype), calls)
+        for name, seqs, num_decodes in BATCHES:
+            time_calls(res, name, make_batch_calls(seqs, num_decodes), calls)
     finally:
         attention_module.for_device = real
         decode_module.clear_launch_cache()
@@ -119,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             rounds[name].append(round_in(root, args.calls))
     print("| shape | version | same tensors us | fresh views us | rounds (same / fresh) |")
     print("| --- | --- | ---: | ---: | --- |")
-    for shape, *_ in SHAPES:
+    for shape in names():
         for name, res in rounds.items():
             same = [r[f"{shape}/same"] for r in res]
             fresh = [r[f"{shape}/fresh"] for r in res]

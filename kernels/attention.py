@@ -4,7 +4,9 @@ Host side of kernels/attention_kernel.py. Sequences `[0, num_small_seqs)` (at mo
 `small_query_len` new tokens each: decodes, speculative verification, short extends) become
 split-K work items; the rest (prefill chunks) become query tiles. As in vLLM, put the short
 sequences first. `paged_decode_attention` and `paged_prefill_attention` are the one-kind
-forms of this call. The launch plan is cached per shape (kernels/attention_plan.py).
+forms of this call. The launch plan is cached per shape (kernels/attention_plan.py); called
+with tensors and both maxima, validated calls' bound launches are found again without
+re-running the checks (kernels/decode_cache.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from kernels.attention_kernel import merge_kernel, paged_attention_kernel
 from kernels.attention_plan import Plan, Shape, bucket, cached_plan
+from kernels.decode_cache import fast_key, find, remember
 from kernels.decode_config import DecodeConfig
 from kernels.launch import (
     CACHE_DTYPES,
@@ -119,8 +122,9 @@ def run_plan(plan: Plan, geom: tuple[int, ...], out: torch.Tensor, q: torch.Tens
 def bound_launch(plan: Plan, geom: tuple[int, ...], out: torch.Tensor, tables: torch.Tensor
                  ) -> Callable[..., torch.Tensor]:
     """`run_plan` bound to what stays the same while shapes, strides, dtypes and devices do
-    (decode's fast path): a `launch(out, q, k_cache, v_cache, tables, lens, sinks or None)`
-    that returns `out`. The arguments are those of `run_plan`, in the same order."""
+    (the fast paths of kernels/decode_cache.py): a `launch(out, q, k_cache, v_cache, tables,
+    lens, starts, sinks or None)` that returns `out`. The arguments are those of `run_plan`,
+    in the same order; decode passes its lengths for `starts`, as it does to `run_plan`."""
     dev = out.device
     part, lse, counters = scratch(dev, plan.scratch_rows, plan.head_size, plan.counters)
     d = geom[2]
@@ -132,11 +136,12 @@ def bound_launch(plan: Plan, geom: tuple[int, ...], out: torch.Tensor, tables: t
     merge = for_device(merge_kernel, dev)[(plan.merge_grid,)] if plan.merge_grid else None
 
     def launch(o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               t: torch.Tensor, n: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+               t: torch.Tensor, n: torch.Tensor, st: torch.Tensor, sinks: torch.Tensor | None
+               ) -> torch.Tensor:
         sk = n if sinks is None else sinks
-        kernel(o, part, lse, counters, q, k, v, t, n, n, sk, *tail, **options)
+        kernel(o, part, lse, counters, q, k, v, t, n, st, sk, *tail, **options)
         if merge is not None:
-            merge(o, part, lse, sk, n, n, *merge_tail, **merge_options)
+            merge(o, part, lse, sk, n, st, *merge_tail, **merge_options)
         return o
     return launch
 
@@ -201,7 +206,8 @@ def paged_attention(
             included): as in vLLM; new token i of n sits at position `context_len - n + i`.
         num_small_seqs: leading sequences with at most `small_query_len` new tokens each, run
             as split-K items; default: all if `max_query_len` <= 16 (and the heads allow),
-            else none. `max_query_len`, `max_context_len`: pass them to avoid device syncs.
+            else none. `max_query_len`, `max_context_len`: pass them to avoid device syncs
+            (and, with tensor tables, offsets and lengths, to reuse validated launches).
         sliding_window, attention_chunk_size (Llama 4 local attention), soft_cap (Gemma 2),
             sinks (gpt-oss, `[num_q_heads]` float32 logits): model variants.
         num_splits, decode_config, prefill_config, out: as in the one-kind wrappers.
@@ -213,6 +219,19 @@ def paged_attention(
         k_cache = kernel_block_view(k_cache, kernel_block_size)
         v_cache = kernel_block_view(v_cache, kernel_block_size)
     out = torch.empty_like(q) if out is None else out
+    key = None
+    if (type(block_tables) is torch.Tensor and type(query_start_loc) is torch.Tensor
+            and type(context_lens) is torch.Tensor and max_query_len is not None
+            and max_context_len is not None):
+        opts = (num_small_seqs, small_query_len, max_query_len,
+                (max_context_len - 1).bit_length(), sliding_window, attention_chunk_size,
+                soft_cap, scale, k_scale, v_scale, num_splits, decode_config, prefill_config)
+        key = fast_key(q, k_cache, v_cache, block_tables, context_lens, out, sinks, opts,
+                       query_start_loc)
+        found = find(key)
+        if found is not None:
+            return found[0](out, q, k_cache, v_cache, block_tables, context_lens,
+                            query_start_loc, sinks)
     geom = check_inputs(q, k_cache, v_cache, out)
     block_size, num_kv_heads, head_size = geom[:3]
     dev = q.device
@@ -244,6 +263,10 @@ def paged_attention(
                sinks is not None, head_size**-0.5 if scale is None else scale, k_scale,
                v_scale, num_splits or 0, decode_config, prefill_config, num_sms(dev),
                dev.type == "cpu", True)
-    run_plan(cached_plan(sh), geom, out, q, k_cache, v_cache, tables, lens, starts,
+    plan = cached_plan(sh)
+    run_plan(plan, geom, out, q, k_cache, v_cache, tables, lens, starts,
              lens if sinks is None else sinks)
+    if (key is not None and tables is block_tables and starts is query_start_loc
+            and lens is context_lens):
+        remember(key, bound_launch(plan, geom, out, tables), q)
     return out

@@ -25,13 +25,14 @@ import torch
 from kernels import decode_cache
 from kernels.attention import bound_launch, check_inputs, check_variants, max_span, run_plan
 from kernels.attention_plan import Plan, Shape, cached_plan
-from kernels.decode_cache import FAST, LAST, SAME, fast_key, promote, remember, same_launch
+from kernels.decode_cache import SAME, fast_key, find, promote, remember, same_launch
 from kernels.decode_config import DecodeConfig
 from kernels.launch import as_block_tables, as_int_tensor, kernel_block_view, num_sms
 
 
 def clear_launch_cache() -> None:
-    """Forget the bound launches (for timing the wrapper with the launch patched out)."""
+    """Forget the bound launches of this wrapper and of `attention.paged_attention` (for
+    timing the wrappers with the launch patched out)."""
     decode_cache.clear()
 
 
@@ -109,17 +110,12 @@ def paged_decode_attention(
                                  opts)
             if launch is not None:
                 return launch(torch.empty_like(q) if out is None else out, q, k_cache,
-                              v_cache, block_tables, context_lens, sinks)
+                              v_cache, block_tables, context_lens, context_lens, sinks)
     given_out = out
     out = torch.empty_like(q) if out is None else out
     if tensor_args:
         key = fast_key(q, k_cache, v_cache, block_tables, context_lens, out, sinks, opts)
-        if key == LAST[0]:  # the key of the last hit: the layers of a step share one
-            found = LAST[1]
-        else:
-            found = FAST.get(key)
-            if found is not None:
-                LAST[0], LAST[1] = key, found
+        found = find(key)
         if found is not None:
             state = found[1]  # [id(q) of the last hit, hits left before promotion may be]
             if state[1]:
@@ -129,7 +125,8 @@ def paged_decode_attention(
             else:
                 promote((q, k_cache, v_cache, block_tables, context_lens, given_out, sinks),
                         opts, found)
-            return found[0](out, q, k_cache, v_cache, block_tables, context_lens, sinks)
+            return found[0](out, q, k_cache, v_cache, block_tables, context_lens,
+                            context_lens, sinks)
     geom = check_inputs(q, k_cache, v_cache, out)
     num_seqs = q.shape[0]
     device = q.device

@@ -1,10 +1,12 @@
-"""Bound launches of validated decode calls, found again without re-running the checks.
+"""Bound launches of validated attention calls, found again without re-running the checks.
 
 `paged_decode_attention` keeps them at two levels. FAST, by `fast_key`: every property the
 checks read, so a hit means "validated before" whatever tensors carry them; q's and out's are
 read every call (a forward pass makes fresh views per layer and step), the caches', block
 tables' and lengths' are numbered once per pair of tensors and the number kept while the same
 pair comes unchanged. SAME, by id(q): the very tensors of an earlier call, unchanged since.
+`paged_attention` (kernels/attention.py) uses FAST only, with its start offsets' properties
+read every call; decode's keys have None in their place, so the two never share an entry.
 """
 
 from __future__ import annotations
@@ -66,9 +68,11 @@ def _hold(a: torch.Tensor, b: torch.Tensor, held: dict[int, tuple[Any, ...]], ro
 
 def fast_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: torch.Tensor,
              lens: torch.Tensor, out: torch.Tensor, sinks: torch.Tensor | None,
-             opts: tuple[object, ...]) -> tuple[object, ...]:
+             opts: tuple[object, ...], starts: torch.Tensor | None = None
+             ) -> tuple[object, ...]:
     """Every property the checks read (tables: all but their width, which no check reads).
-    The pairs' numbers come from _KV / _TABLES while both tensors are unchanged."""
+    The pairs' numbers come from _KV / _TABLES while both tensors are unchanged; sinks' and
+    the start offsets' properties (None for decode) are read every call, as q's are."""
     e = _KV.get(id(k))
     kv = e[4] if (e is not None and e[0]() is k and e[2]() is v and e[1] == k._version
                   and e[3] == v._version) else _hold(k, v, _KV, False)
@@ -79,7 +83,19 @@ def fast_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: torch.Te
     return (q.shape, q.stride(), q.dtype, q.device, out.shape, out.stride(), out.dtype,
             out.device, kv, tl,
             None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype, sinks.device),
-            opts)
+            None if starts is None else (starts.shape, starts.stride(), starts.dtype,
+                                         starts.device), opts)
+
+
+def find(key: tuple[object, ...]) -> tuple[Any, ...] | None:
+    """FAST's entry for `key`, or None. The last hit's key is compared first, so the layers
+    of a step, which share one, skip hashing it."""
+    if key == LAST[0]:
+        return LAST[1]  # type: ignore[no-any-return]
+    found = FAST.get(key)
+    if found is not None:
+        LAST[0], LAST[1] = key, found
+    return found
 
 
 def _ident(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: torch.Tensor,
