@@ -25,6 +25,7 @@ import torch.nn.functional as F
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fp8_swap
 import kernel_ab
 import kernel_sweeps
 import kernel_tables
@@ -121,17 +122,25 @@ def bench_fp8(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
     return rows
 
 
+EXTENDS = [(1, 16, 16384), (16, 16, 16384), (3, 10, 384)]  # (sequences, new, cached)
+
+
 def bench_extend(t: AttentionTimer) -> list[dict]:
+    """Short extends against a decode reading the same KV: eager (alternated) and graph
+    times, the eager host time per call and the wrapper's own Python (launch a no-op)."""
     rows = []
-    for num_seqs in (1, 16):
-        new, prefix = [16] * num_seqs, [16384] * num_seqs
-        ext, dec = t.extend_call(new, prefix), t.decode_call([16384 + 16] * num_seqs)
+    for num_seqs, n, cached in EXTENDS:
+        new, prefix = [n] * num_seqs, [cached] * num_seqs
+        ext, dec = t.extend_call(new, prefix), t.decode_call([cached + n] * num_seqs)
         times = alternate({"extend": ext, "decode": dec}, 5)
         graphs = {"extend_graph_us": graph_us(ext), "decode_graph_us": graph_us(dec)}
-        rows.append({"seqs": num_seqs, "new": 16, "prefix": 16384,
-                     **{f"{k}_us": v for k, v in times.items()}, **graphs,
+        host = {"extend_host_us": host_us(ext), "decode_host_us": host_us(dec),
+                "extend_py_us": wrapper_only_us(ext), "decode_py_us": wrapper_only_us(dec)}
+        rows.append({"seqs": num_seqs, "new": n, "prefix": cached,
+                     **{f"{k}_us": v for k, v in times.items()}, **graphs, **host,
                      "ratio": times["extend"] / times["decode"],
-                     "graph_ratio": graphs["extend_graph_us"] / graphs["decode_graph_us"]})
+                     "graph_ratio": graphs["extend_graph_us"] / graphs["decode_graph_us"],
+                     "host_ratio": host["extend_host_us"] / host["decode_host_us"]})
         print(f"extend {rows[-1]}", flush=True)
     return rows
 
@@ -186,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         "extend_ab": lambda: kernel_ab.extend_ab(t16), "mixed_ab": lambda: kernel_ab.mixed_ab(t16),
         "host": lambda: kernel_ab.host(t16, t8),
         "layout_ab": lambda: kernel_ab.layout_ab(t16, t8),
+        "fp8_swap": lambda: fp8_swap.swap_ab(t16, t8, alternate),
         "sdpa": lambda: {f"{b}x{c}_us": sdpa_decode(t16, [c] * b) for b, c in ((64, 4096),
                                                                             (16, 16384))},
         "cache_ops": lambda: kernel_sweeps.cache_ops(SHAPE),

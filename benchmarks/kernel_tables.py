@@ -66,6 +66,10 @@ def _summary(r: dict) -> None:
         if isinstance(row, dict) and "bf16_us" in row:
             xs = " ".join(f"{k[:-2]}:{v:.2f}x" for k, v in row.items() if k.endswith("_x"))
             print(f"fp8 {row['batch']}x{row['ctx']}: bf16 {row['bf16_us']:.1f} us | {xs}")
+    for row in r.get("fp8_swap") or []:
+        if isinstance(row, dict) and "bf16_us" in row:
+            xs = " ".join(f"{k[:-2]}:{v:.2f}x" for k, v in row.items() if k.endswith("_x"))
+            print(f"fp8_swap {row['batch']}x{row['ctx']}: bf16 {row['bf16_us']:.1f} us | {xs}")
     for row in r.get("extend_ab") or []:
         if isinstance(row, dict) and "decode_us" in row:
             xs = " ".join(f"{k[:-8]}:{v:.2f}x" for k, v in row.items() if k.endswith("_graph_x"))
@@ -81,6 +85,14 @@ def _summary(r: dict) -> None:
             tb = " ".join(f"{k[:-5]}:{v:.3f}" for k, v in row.items() if k.endswith("_tbps")
                           and k != "tbps")
             print(f"ragged {row['batch']}: TB/s {tb}")
+    for row in r.get("extend") or []:
+        if isinstance(row, dict) and "extend_host_us" in row:
+            print(f"extend {row['seqs']} x {row['new']} over {row['prefix']}: eager "
+                  f"{row['extend_us']:.1f} / decode {row['decode_us']:.1f} us "
+                  f"({row['ratio']:.2f}x), graph {row['graph_ratio']:.2f}x, host "
+                  f"{row['extend_host_us']:.1f} / {row['decode_host_us']:.1f} us "
+                  f"({row['host_ratio']:.2f}x), py {row['extend_py_us']:.1f} / "
+                  f"{row['decode_py_us']:.1f} us")
     for row in r.get("host") or []:
         if isinstance(row, dict) and "py_us" in row:
             print(f"host {row['shape']}: py {row['py_us']:.2f} us, fresh views "
