@@ -6,8 +6,8 @@
     PYTHONPATH=. python benchmarks/e2e_check.py compare DIR [--json F]
 
 ``prepare`` simulates each scenario (Llama-3-8B, or Mixtral-8x7B for ``moe-chunked``, on one
-H200, open-loop Poisson arrivals, the default calibrated step model, paged manager) with the allocation log recorded, the CPU
-side of a step set to zero and the API path off, so that simulated and executed times both
+H200 unless ``--gpu`` names another preset; open-loop Poisson arrivals, the default step
+model, paged manager) with the allocation log recorded, the CPU side of a step set to zero and the API path off, so that simulated and executed times both
 cover the GPU steps alone. The executor runs a sample of each schedule's steps (every shape
 class). ``compare`` simulates each scenario again with step times taken from the executed
 steps (each step's prediction times its class's median measured / predicted ratio,
@@ -43,7 +43,8 @@ from sim.results.outputs import write_json
 from sim.workload.source import load_input
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMON = ["--model", "Llama-3-8B", "--gpu", "H200-141GB", "--allocators", "paged",
+GPU = "H200-141GB"
+COMMON = ["--model", "Llama-3-8B", "--allocators", "paged",
           "--record-allocation-log", "--cpu-overhead-ms", "0", "--cpu-per-seq-us", "0",
           "--no-api-overhead",
           "--seed", "0", "--overwrite", "--no-progress"]
@@ -65,13 +66,23 @@ METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
 """Reported metric -> its vllm bench serve name (``mean_<name>_ms``)."""
 
 
-def prepare(out: Path) -> None:
-    """Simulate every scenario into out/NAME (the simulator's own results directory)."""
+def prepare(out: Path, gpu: str) -> int:
+    """Simulate every scenario into out/NAME (the simulator's own results directory). A
+    scenario the simulator refuses (a model that does not fit the GPU) is skipped with its
+    reason; exit code 2 when none could be prepared."""
+    prepared = 0
     for name, options in SCENARIOS.items():
-        cmd = [sys.executable, str(ROOT / "simulate.py"), *COMMON, *options,
+        cmd = [sys.executable, str(ROOT / "simulate.py"), "--gpu", gpu, *COMMON, *options,
                "--out", str(out / name)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        done = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, cwd=ROOT)
+        if done.returncode:
+            reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            print(f"{name}: skipped ({reason})")
+            continue
+        prepared += 1
         print(f"{name}: {out / name}")
+    return 0 if prepared else 2
 
 
 def read_classes(path: Path) -> dict[int, str | None]:
@@ -112,8 +123,8 @@ def _repredicted(rows: list[dict[str, Any]], step: StepModel, swap_of: dict[int,
 class Scenario:
     """One scenario resolved once: its options, configuration, trace and costs."""
 
-    def __init__(self, name: str) -> None:
-        options = parse_options([*COMMON, *SCENARIOS[name]])
+    def __init__(self, name: str, gpu: str = GPU) -> None:
+        options = parse_options(["--gpu", gpu, *COMMON, *SCENARIOS[name]])
         self.options = dataclasses.replace(options, record_allocation_log=False)
         self.config = resolve(self.options)
         self.trace, _ = load_input(self.config.workload, traces)
@@ -139,7 +150,10 @@ def check(run: Path) -> dict[str, Any]:
     classes = read_classes(run / "allocation_log.jsonl.gz")
     rows = _executed_steps(run / "executed_steps.jsonl")
     measured = _measured(rows)
-    scenario = Scenario(run.name)
+    # The GPU the scenario was prepared for (its config.json), so that a run prepared with
+    # --gpu is re-simulated on the same preset.
+    gpu = json.loads((run / "config.json").read_text())["gpu"]["name"]
+    scenario = Scenario(run.name, gpu)
     base = scenario.costs.step_model
     predicted = _repredicted(rows, base, swap_of)
     ratios = class_ratios(predicted, measured, classes)
@@ -176,10 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("phase", choices=("prepare", "compare"))
     parser.add_argument("dir", type=Path, help="one subdirectory per scenario")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--gpu", default=GPU,
+                        help="GPU preset the scenarios are simulated for (prepare; compare "
+                             "reads it from each scenario's config.json)")
     args = parser.parse_args(argv)
     if args.phase == "prepare":
-        prepare(args.dir)
-        return 0
+        return prepare(args.dir, args.gpu)
     runs = [args.dir / name for name in SCENARIOS if (args.dir / name).is_dir()]
     missing = [r for r in runs if not (r / "executed_steps.jsonl").is_file()]
     if not runs or missing:

@@ -6,7 +6,7 @@
 #
 # Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), KV (the KV cache dtype:
 # auto, or fp8 for e4m3 caches; a KV other than auto joins the artefacts' names, as
-# h200_llama-3-8b_fp8.json), SUFFIX (of the artefacts' names, after KV), TESTS_S (60; 0 skips
+# h200_llama-3-8b_fp8.json; the prefix is the GPU's family, or GPU_TAG), SUFFIX (of the artefacts' names, after KV), TESTS_S (60; 0 skips
 # the GPU tests), EXEC_LOGS (allocation logs to execute, sampled: EXEC_STEPS steps, EXEC_S
 # seconds each). The fp8 artefacts of Llama-3-8B (fit and prefill grids; log.txt per OUT_DIR):
 #
@@ -25,6 +25,10 @@ start=$(date +%s)
 budget=${BUDGET_S:-25}
 kv=${KV:-auto}
 kv_name=$([ "$kv" = auto ] || echo "_$kv")
+# The artefacts' name prefix: the GPU's family as nvidia-smi names it (h100, h200), else GPU_TAG.
+gpu_tag=${GPU_TAG:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 \
+    | grep -o 'H[0-9]\+\|A[0-9]\+\|L[0-9]\+S\?' | head -n 1 | tr 'A-Z' 'a-z')}
+gpu_tag=${gpu_tag:-gpu}
 {
     date -u +%Y-%m-%dT%H:%M:%SZ
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -37,7 +41,7 @@ for m in "${models[@]}"; do
     echo "== $m ($(($(date +%s) - start)) s)" >> "$out/log.txt"
     timeout $((budget + 40)) python benchmarks/calibrate.py --model "$m" --grid "${GRID:-fit}" \
         --kv-cache-dtype "$kv" --time-budget "$budget" \
-        --out "$out/h200_$name$kv_name${SUFFIX:-}.json" >> "$out/log.txt" 2>&1
+        --out "$out/${gpu_tag}_$name$kv_name${SUFFIX:-}.json" >> "$out/log.txt" 2>&1
     echo "[exit $?]" >> "$out/log.txt"
 done
 for log in ${EXEC_LOGS:-}; do

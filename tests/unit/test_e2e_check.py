@@ -96,8 +96,11 @@ def test_check_on_a_simulated_run_with_synthetic_executed_steps(
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps(rows))
     monkeypatch.setattr(check_mod, "SCENARIOS", {"tiny": [str(trace)]})
-    check_mod.prepare(tmp_path)
+    # Prepared for another GPU than the default: compare must re-simulate on that GPU (its
+    # config.json), or the ratios below would not come out at 1.25.
+    check_mod.prepare(tmp_path, "H100-80GB")
     run = tmp_path / "tiny"
+    assert json.loads((run / "config.json").read_text())["gpu"]["name"] == "H100-80GB"
     steps = pd.read_parquet(run / "steps.parquet")
     classes = check_mod.read_classes(run / "allocation_log.jsonl.gz")
     assert len(classes) == len(steps)
