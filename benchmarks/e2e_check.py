@@ -7,8 +7,8 @@
 
 ``prepare`` simulates each scenario (Llama-3-8B, or Mixtral-8x7B for ``moe-chunked``, on one
 H200 unless ``--gpu`` names another preset; open-loop Poisson arrivals, the default step
-model, paged manager) with the allocation log recorded, the CPU side of a step set to zero and the API path off, so that simulated and executed times both
-cover the GPU steps alone. The executor runs a sample of each schedule's steps (every shape
+model, paged manager) with the allocation log recorded, the CPU side of a step set to zero
+and the API path off, so that simulated and executed times both cover the GPU steps alone. The executor runs a sample of each schedule's steps (every shape
 class). ``compare`` simulates each scenario again with step times taken from the executed
 steps (each step's prediction times its class's median measured / predicted ratio,
 benchmarks/e2e_measured.py: open loop, so the schedule follows the measured times, as a

@@ -6,9 +6,9 @@
 #
 # Environment: BUDGET_S (seconds of grid per model, 25), GRID (fit), KV (the KV cache dtype:
 # auto, or fp8 for e4m3 caches; a KV other than auto joins the artefacts' names, as
-# h200_llama-3-8b_fp8.json; the prefix is the GPU's family, or GPU_TAG), SUFFIX (of the artefacts' names, after KV), TESTS_S (60; 0 skips
-# the GPU tests), EXEC_LOGS (allocation logs to execute, sampled: EXEC_STEPS steps, EXEC_S
-# seconds each). The fp8 artefacts of Llama-3-8B (fit and prefill grids; log.txt per OUT_DIR):
+# h200_llama-3-8b_fp8.json, whose prefix is the GPU's family or GPU_TAG), SUFFIX (of the
+# artefacts' names, after KV), TESTS_S (60; 0 skips the GPU tests), EXEC_LOGS (allocation
+# logs to execute, sampled: EXEC_STEPS steps, EXEC_S seconds each). The fp8 artefacts of Llama-3-8B (fit and prefill grids; log.txt per OUT_DIR):
 #
 #   KV=fp8 TESTS_S=0 bash benchmarks/timing_gpu_run.sh OUT/fit Llama-3-8B
 #   KV=fp8 GRID=prefill SUFFIX=_prefill TESTS_S=120 bash benchmarks/timing_gpu_run.sh OUT/prefill \

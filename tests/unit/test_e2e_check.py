@@ -135,3 +135,21 @@ def test_check_on_a_simulated_run_with_synthetic_executed_steps(
         step_model=Doubled(build(config).step_model)))
     for metric, m in check_mod.check(run)["metrics"].items():
         assert m["error"] == pytest.approx(0.6, rel=1e-9), metric
+
+
+def test_prepare_skips_a_scenario_the_simulator_refuses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Mixtral-8x7B's weights do not fit one H100: that scenario is skipped with the
+    simulator's reason, and prepare fails (exit code 2) only when nothing was prepared."""
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps([{"prompt_len": 40, "output_len": 4, "arrival_s": 0.0}]))
+    monkeypatch.setattr(check_mod, "SCENARIOS", {"moe": [str(trace), "--model", "Mixtral-8x7B"]})
+    assert check_mod.prepare(tmp_path, "H100-80GB") == 2
+    assert "moe: skipped (simulate.py: error: model Mixtral-8x7B does not fit" in \
+        capsys.readouterr().out
+    monkeypatch.setattr(check_mod, "SCENARIOS", {"moe": [str(trace), "--model", "Mixtral-8x7B"],
+                                                 "dense": [str(trace)]})
+    assert check_mod.prepare(tmp_path, "H100-80GB") == 0
+    assert (tmp_path / "dense" / "allocation_log.jsonl.gz").is_file()
+    assert not (tmp_path / "moe" / "allocation_log.jsonl.gz").exists()
