@@ -1,14 +1,16 @@
 """pagedsim against public real-vLLM latency measurements: the cases, and an error table.
 
-    PYTHONPATH=. python benchmarks/public_vllm.py [--case NAME ...] [--json FILE]
+    PYTHONPATH=. python benchmarks/public_vllm.py [--case NAME ...] [--step-model SPEC]
+        [--json FILE]
 
 Each case is a published `vllm serve` + benchmark-client run (its URL, model, GPU, TP, vLLM
 version, lengths, concurrency and number of prompts) written as simulate.py options, with the
 figures the source printed. Every case runs twice, with the default request path outside the
 engine and with --no-api-overhead (the engine alone), and the table shows measured, simulated
 and error % per metric. None of these cases was used to fit anything (the API path's defaults
-come from issue 17's H100 figure, sim/cost/api_path.py); GPUs other than the H200 are priced by
-the uncalibrated roofline, a prediction. Options that a source does not state are assumptions
+come from issue 17's H100 figure, sim/cost/api_path.py). No case's model and GPU has a shipped
+artefact, so the default step model is the calibrated roofline (efficiencies and floors fitted
+on other models' executed steps, applied to the case's GPU): a prediction. Options that a source does not state are assumptions
 named in the case's `note`. Models without a preset use the configs in data/public_vllm/.
 """
 from __future__ import annotations
@@ -106,14 +108,14 @@ def run_case(case: dict[str, Any], out: Path, *extra: str) -> dict[str, Any]:
     return bench
 
 
-def error_rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (case, metric): measured, simulated with and without the API path, and
-    their errors in % of the measured figure."""
+def error_rows(cases: list[dict[str, Any]], *extra: str) -> list[dict[str, Any]]:
+    """One row per (case, metric): measured, simulated with and without the API path (each
+    with the simulate.py options `extra`), and their errors in % of the measured figure."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
-            full = run_case(case, Path(tmp) / "full")
-            engine = run_case(case, Path(tmp) / "engine", "--no-api-overhead")
+            full = run_case(case, Path(tmp) / "full", *extra)
+            engine = run_case(case, Path(tmp) / "engine", *extra, "--no-api-overhead")
             for metric, value in case["measured"].items():
                 rows.append({"case": case["name"], "metric": metric, "measured": value,
                              "sim": full[metric], "err_pct": 100 * (full[metric] / value - 1),
@@ -141,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", help="run only this case (repeatable)")
     parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--step-model", metavar="SPEC",
+                        help="simulate.py's --step-model for every case (default: its own, "
+                             "auto)")
     args = parser.parse_args(argv)
     names = {c["name"] for c in CASES}
     unknown = sorted(set(args.case or ()) - names)
@@ -149,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     cases = [c for c in CASES if not args.case or c["name"] in args.case]
-    rows = error_rows(cases)
+    rows = error_rows(cases, *(["--step-model", args.step_model] if args.step_model else []))
     print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")

@@ -8,8 +8,8 @@ the rest. Printed per artefact, kind (decode, prefill, mixed, all) and split (fi
 median and p90 of |predicted / measured - 1| for attention (the attention part's graph),
 linear (GEMMs + other launches: the linear and other parts' graphs) and total (the whole
 step's graph, `graph_s`), for the fit and for the uncalibrated roofline (its GPU parts, no CPU
-overhead). 'calibrated' fits all artefacts but those of the model evaluated (leave one model
-out). An artefact with an fp8 (or other non-model-dtype) KV cache is its own row, named
+overhead). 'calibrated' is the calibrated roofline (sim/cost/step_specs.py) fitted on every
+artefact but those of the model evaluated (leave one model out). An artefact with an fp8 (or other non-model-dtype) KV cache is its own row, named
 'MODEL kv DTYPE', with the fit and roofline at that cache dtype. This measures agreement with our own forward on our own kernels, not with vLLM.
 """
 from __future__ import annotations
@@ -32,9 +32,9 @@ from sim.cost.calibration import (
 from sim.cost.fit_terms import step_kind
 from sim.cost.gpus import get_gpu
 from sim.cost.model_config import ModelConfig
-from sim.cost.step_fit import FitStepModel, fit_coefficients, point_batch, samples
+from sim.cost.step_fit import MIN_POINTS, FitStepModel, fit_coefficients, point_batch, samples
 from sim.cost.step_roofline import RooflineStepModel
-from sim.cost.step_specs import make_auto, make_calibrated
+from sim.cost.step_specs import calibrated_coefficients, make_auto, make_calibrated
 
 
 def held_out(point: dict[str, Any]) -> bool:
@@ -99,7 +99,10 @@ def report(name: str, rows: list[dict[str, Any]], models: list[str]) -> list[str
 def _label(name: str) -> str:
     """A legend label: an executed file's scenario (its log's folder), else the shape's name."""
     first = name.split(" ")[0]
-    return f"executed {Path(first).parent.name}" if "/" in first else name
+    if "/" not in first:
+        return name
+    return f"executed {Path(first).parent.name}" + (" (fit = roofline)" if "fit = roofline"
+                                                     in name else "")
 
 
 def plot(rows_by: dict[str, list[dict[str, Any]]], path: str) -> None:
@@ -203,11 +206,12 @@ def main(argv: list[str] | None = None) -> int:
                                 fit_coefficients(samples(cal, fitted), curve=True), "fit",
                                 kv_cache_dtype=kv),
             "roofline": RooflineStepModel(cal.model, cal.gpu, kv_cache_dtype=kv)}
-        others = [s for c in cals if c.model != cal.model for s in samples(c)]
-        if len(others) >= 6:
-            models["calibrated"] = FitStepModel(cal.model, cal.gpu, 1, fit_coefficients(others),
-                                                "calibrated", kv_cache_dtype=kv)
-        name = row_name(cal.model, kv)
+        others = [c for c in cals if c.model != cal.model]
+        if sum(len(samples(c)) for c in others) >= MIN_POINTS:
+            coef, _ = calibrated_coefficients(others, cal.gpu, cal.kv_dtype.startswith("fp8"))
+            models["calibrated"] = FitStepModel(cal.model, cal.gpu, 1, coef, "calibrated",
+                                                kv_cache_dtype=kv)
+        name = f"{row_name(cal.model, kv)} on {cal.gpu_name}"
         rows_by[name] = rows_for(cal, models)
         print("\n".join(report(f"{name}: {cal.describe()}", rows_by[name], list(models))),
               flush=True)

@@ -163,6 +163,25 @@ def fit_coefficients(data: Sequence[Sample], *, curve: bool = False) -> Coeffici
     return Coefficients(terms, ratio, linear_curve(data, terms) if curve else LinearCurve())
 
 
+def predicted_graph_s(coef: Coefficients, sample: Sample) -> float:
+    """The whole step's graph seconds `coef` gives a sample (no linear curve)."""
+    terms = coef.terms[sample.kind]
+    return sum(_dot(terms[i], sample.rows[i]) for i in range(len(PARTS))) * coef.ratio[sample.kind]
+
+
+def scaled_to(coef: Coefficients, own: Sequence[Sample]) -> Coefficients:
+    """`coef` with each kind's overlap ratio multiplied by the median measured / predicted
+    graph time of that kind's samples in `own` (all of `own` for a kind it lacks): a GPU's
+    own executed steps correcting a fit pooled over several GPUs (sim/cost/step_specs.py)."""
+    if not own:
+        return coef
+    every = [s.graph_s / predicted_graph_s(coef, s) for s in own]
+    scale = {kind: statistics.median([s.graph_s / predicted_graph_s(coef, s) for s in own
+                                      if s.kind == kind] or every) for kind in KINDS}
+    return Coefficients(coef.terms, {k: coef.ratio[k] * scale[k] for k in coef.ratio},
+                        coef.curve)
+
+
 class FitStepModel(StepModel):
     """Step time from fitted terms over the roofline's per-part quantities."""
 

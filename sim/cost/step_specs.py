@@ -3,21 +3,30 @@
 - fit:FILE    fit the artefact FILE (refused unless measured for this model shape, GPU, model
               and KV cache dtypes and tp 1: one line naming the file).
 - fit         the shipped artefact (sim/cost/calibrations/) measured for this setup.
-- calibrated  the calibrated roofline: every shipped artefact fitted together, applied to this
-              model on this GPU's datasheet peaks (a prediction wherever nothing was measured).
-- auto        fit where a shipped artefact matches, else the plain roofline.
+- calibrated  the calibrated roofline: the shipped artefacts fitted together (scaled to this
+              GPU's own where any are shipped), applied to this model on this GPU's datasheet
+              peaks (a prediction wherever nothing was measured).
+- auto        fit where a shipped artefact matches, else the calibrated roofline (the plain
+              roofline where nothing is shipped).
 Every model built here carries a `description` the run prints.
 """
 from __future__ import annotations
 
-from sim.cost.calibration import find_shipped, read_calibration, run_kv_dtype, shipped
+from sim.cost.calibration import (
+    Calibration,
+    find_shipped,
+    read_calibration,
+    run_kv_dtype,
+    shipped,
+)
 from sim.cost.gpus import GpuSpec
 from sim.cost.model_config import ModelConfig
 from sim.cost.step_base import StepModel
-from sim.cost.step_fit import FitStepModel, fit_coefficients, samples
+from sim.cost.step_fit import Coefficients, FitStepModel, fit_coefficients, samples, scaled_to
 from sim.cost.step_roofline import RooflineStepModel
 
 SPECS = ("fit", "calibrated", "auto")
+MIN_SHAPES = 2  # model shapes of one GPU that the calibrated roofline fits on their own
 
 
 def make_fit(arg: str, model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype: str,
@@ -44,33 +53,56 @@ def make_fit(arg: str, model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype
                         kv_cache_dtype=kv_cache_dtype)
 
 
+def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec,
+                            fp8: bool) -> tuple[Coefficients, list[Calibration]]:
+    """The calibrated roofline's coefficients for a run on `gpu` (fp8 cache or not) and the
+    artefacts they come from. The pool is the artefacts of the run's kind of KV cache (fp8
+    caches are conversion-bound, 16-bit ones are not; all where none of that kind is given).
+    Fractions of datasheet peaks do not carry between GPUs (the H200's decode reaches 65 % of
+    its HBM peak, the H100's 73 % of its, with the same SMs and clock: benchmarks/RESULTS.md,
+    "One H100 run"), and the terms need several model shapes (one shape cannot tell its
+    weight reads from its launch floors). So: where `gpu` has artefacts of MIN_SHAPES model
+    shapes, those alone; where it has fewer, the whole pool scaled per step kind to its own
+    points (`scaled_to`); where it has none, the whole pool (a prediction)."""
+    pool = [c for c in cals if c.kv_dtype.startswith("fp8") == fp8] or cals
+    own = [c for c in pool if c.gpu_name == gpu.name]
+    if len({c.model for c in own}) >= MIN_SHAPES:
+        return fit_coefficients([s for c in own for s in samples(c)]), own
+    coef = fit_coefficients([s for c in pool for s in samples(c)])
+    return scaled_to(coef, [s for c in own for s in samples(c)]), pool
+
+
 def make_calibrated(model: ModelConfig, gpu: GpuSpec, tp: int,
                     kv_cache_dtype: str) -> StepModel:
-    """The calibrated roofline from the shipped artefacts of the run's kind of KV cache: fp8
-    caches (conversion-bound attention) and 16-bit ones are fitted apart, an fp8 run taking
-    every artefact while no fp8 one is shipped."""
+    """The calibrated roofline from the shipped artefacts (`calibrated_coefficients`)."""
     cals = shipped()
     if not cals:
         raise ValueError("--step-model calibrated: no calibration is shipped in "
                          "sim/cost/calibrations/ (use roofline)")
-    fp8 = run_kv_dtype(model, kv_cache_dtype).startswith("fp8")
-    cals = [c for c in cals if c.kv_dtype.startswith("fp8") == fp8] or cals
-    data = [s for cal in cals for s in samples(cal)]
+    coef, cals = calibrated_coefficients(
+        cals, gpu, run_kv_dtype(model, kv_cache_dtype).startswith("fp8"))
     names = ", ".join(sorted({c.model.name + (" (kv fp8)" if c.kv_dtype.startswith("fp8")
                                               else "") for c in cals}))
     where = {c.gpu_name for c in cals}
-    label = "" if where == {gpu.name} else "; a prediction for this GPU"
-    return FitStepModel(model, gpu, tp, fit_coefficients(data),
+    label = ("" if where == {gpu.name} else f"; scaled to {gpu.name}'s own steps"
+             if gpu.name in where else "; a prediction for this GPU")
+    return FitStepModel(model, gpu, tp, coef,
                         f"calibrated roofline: efficiencies and floors fitted on {names} on "
                         f"{', '.join(sorted(where))}{label}", kv_cache_dtype=kv_cache_dtype)
 
 
 def make_auto(model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype: str) -> StepModel:
-    """fit where a shipped artefact matches, else the plain roofline."""
+    """fit where a shipped artefact matches; else the calibrated roofline (on ten public vLLM
+    runs no artefact was fitted on, it halves the plain roofline's TPOT and E2E errors:
+    benchmarks/RESULTS.md); the plain roofline only where nothing is shipped."""
     kv = run_kv_dtype(model, kv_cache_dtype)
     if find_shipped(model, gpu, tp, kv) is not None:
         return make_fit("", model, gpu, tp, kv_cache_dtype, "auto")
+    why = f"no shipped calibration for {model.name} ({model.dtype}, kv {kv}) on {gpu.name} at tp {tp}"
+    if shipped():
+        step = make_calibrated(model, gpu, tp, kv_cache_dtype)
+        step.description += f" ({why})"
+        return step
     roof = RooflineStepModel(model, gpu, tp, kv_cache_dtype=kv_cache_dtype)
-    roof.description = (f"roofline (datasheet peaks, uncalibrated: no shipped calibration for "
-                        f"{model.name} ({model.dtype}, kv {kv}) on {gpu.name} at tp {tp})")
+    roof.description = f"roofline (datasheet peaks, uncalibrated: {why})"
     return roof

@@ -2,11 +2,12 @@
 
 A bf16 artefact (no `model.kv_cache_dtype`, as the shipped ones before fp8, or "bfloat16") is
 fitted for bf16-cache runs only, an fp8 one (`fp8_e4m3`) for `--kv-cache-dtype fp8` /
-`fp8_e4m3` runs only; `auto` picks the matching shipped artefact or falls back to the roofline,
+`fp8_e4m3` runs only; `auto` picks the matching shipped artefact or falls back to the calibrated roofline,
 and its description says which.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -91,13 +92,15 @@ def test_auto_uses_the_artefact_of_the_runs_kv_dtype(shipped_dir: Path) -> None:
     assert "of Llama-3-8B, kv fp8_e4m3 on" in fp8 and "more" not in fp8
 
 
-def test_auto_without_an_fp8_artefact_is_the_roofline(shipped_dir: Path) -> None:
-    """Only a bf16 artefact shipped: an fp8 run falls back to the roofline and says why;
-    'fit' refuses, naming the cache dtype; fit:FILE of the bf16 file is refused too."""
+def test_auto_without_an_fp8_artefact_is_the_calibrated_roofline(shipped_dir: Path) -> None:
+    """Only a bf16 artefact shipped: an fp8 run falls back to the calibrated roofline (fitted
+    on the bf16 artefact) and says why; 'fit' refuses, naming the cache dtype; fit:FILE of the
+    bf16 file is refused too."""
     path = _cal(shipped_dir, None, "h200_llama_bf16.json")
     step = make_step_model("auto", MODEL, GPU, kv_cache_dtype="fp8")
-    assert step.description.startswith("roofline (datasheet peaks, uncalibrated: no shipped "
-                                       "calibration for Llama-3-8B (bf16, kv fp8_e4m3) on")
+    assert step.description.startswith("calibrated roofline: efficiencies and floors fitted on "
+                                       "Llama-3-8B on H200-141GB")
+    assert "(no shipped calibration for Llama-3-8B (bf16, kv fp8_e4m3) on" in step.description
     with pytest.raises(ValueError, match=r"no shipped calibration .* kv fp8_e4m3"):
         make_step_model("fit", MODEL, GPU, kv_cache_dtype="fp8")
     with pytest.raises(ValueError, match=r"measured for Llama-3-8B \(bf16, kv bf16\).*kv "
@@ -116,3 +119,49 @@ def test_calibrated_fits_fp8_and_16_bit_caches_apart(shipped_dir: Path) -> None:
     bf16 = make_step_model("calibrated", MODEL, GPU).description
     assert "fitted on Llama-3-8B (kv fp8) on" in fp8
     assert "fitted on Llama-3-8B on" in bf16 and "kv fp8" not in bf16
+
+
+def _on(path: Path, device: str) -> Path:
+    data = json.loads(path.read_text())
+    data["device"]["name"] = device
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_calibrated_pool_by_gpu(shipped_dir: Path) -> None:
+    """The H200 has two model shapes shipped: 'calibrated' on it fits those alone. The H100
+    has one: the whole pool, scaled to its steps. The A100 has none: the whole pool, a
+    prediction. The kind of cache comes first: an fp8 run on the H100 takes the H200's fp8
+    artefact rather than the H100's bf16 one."""
+    _cal(shipped_dir, None, "h200_llama.json")
+    path = _artefact(shipped_dir, _points(0.0, name="Qwen3-14B"), "Qwen3-14B", "h200_qwen.json")
+    assert read_calibration(path).gpu_name == "H200-141GB"
+    _on(_cal(shipped_dir, None, "h100_llama.json"), "NVIDIA H100 80GB HBM3")
+    _cal(shipped_dir, "fp8_e4m3", "h200_llama_fp8.json")
+    h100, a100 = get_gpu("H100-80GB"), get_gpu("A100-80GB")
+
+    def pool(gpu: object, kv: str = "auto") -> str:
+        text = make_step_model("calibrated", MODEL, gpu, kv_cache_dtype=kv).description
+        return text.split("floors fitted on ")[1].split("; CPU")[0]
+
+    assert pool(GPU) == "Llama-3-8B, Qwen3-14B on H200-141GB"
+    assert pool(h100) == ("Llama-3-8B, Qwen3-14B on H100-80GB, H200-141GB; scaled to "
+                          "H100-80GB's own steps")
+    assert pool(a100) == ("Llama-3-8B, Qwen3-14B on H100-80GB, H200-141GB; a prediction for "
+                          "this GPU")
+    assert pool(h100, "fp8") == "Llama-3-8B (kv fp8) on H200-141GB; a prediction for this GPU"
+
+
+def test_scaled_to_matches_a_gpus_own_steps(tmp_path: Path) -> None:
+    """A pooled fit scaled to points 1.25x slower (decode) and 0.8x (the other kinds) predicts
+    those points' graph times: the per-kind scale is the median measured / predicted."""
+    from sim.cost.step_fit import fit_coefficients, predicted_graph_s, scaled_to
+
+    data = samples(read_calibration(_cal(tmp_path, None, "a.json")))
+    coef = fit_coefficients(data)
+    slow = {"decode": 1.25, "prefill": 0.8, "mixed": 0.8}
+    own = [dataclasses.replace(s, graph_s=predicted_graph_s(coef, s) * slow[s.kind])
+           for s in data]
+    scaled = scaled_to(coef, own)
+    assert all(predicted_graph_s(scaled, s) == pytest.approx(s.graph_s) for s in own)
+    assert scaled_to(coef, []) is coef

@@ -17,7 +17,7 @@ def test_error_report_on_synthetic_artefacts(tmp_path: Path) -> None:
     assert 0 < len(held) < len(_points(0.0))
     out = tmp_path / "rows.json"
     assert errors.main([*map(str, paths), "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())["Llama-3-8B"]
+    rows = json.loads(out.read_text())["Llama-3-8B on H200-141GB"]
     held_rows = [r for r in rows if r["held"]]
     assert held_rows and all(abs(r["fit"]["total"] / r["total"] - 1) < 1e-3 for r in held_rows)
     assert max(abs(r["roofline"]["total"] / r["total"] - 1) for r in rows) > 0.2
@@ -36,8 +36,9 @@ def test_fp8_artefact_is_its_own_row(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     assert errors.main([str(bf16), str(fp8), "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert set(rows) == {"Llama-3-8B", "Llama-3-8B kv fp8_e4m3"}
-    pairs = [(a, b) for a, b in zip(rows["Llama-3-8B"], rows["Llama-3-8B kv fp8_e4m3"])
+    assert set(rows) == {"Llama-3-8B on H200-141GB", "Llama-3-8B kv fp8_e4m3 on H200-141GB"}
+    pairs = [(a, b) for a, b in zip(rows["Llama-3-8B on H200-141GB"],
+                                        rows["Llama-3-8B kv fp8_e4m3 on H200-141GB"])
              if a["kind"] == "decode" and a["shape"][1] >= 4096]
     assert pairs and all(a["shape"] == b["shape"] for a, b in pairs)
     assert all(0.4 < b["roofline"]["attention"] / a["roofline"]["attention"] < 0.6

@@ -58,7 +58,8 @@ def test_cli_flags_reach_the_step_model(tmp_path: Path, capsys: pytest.CaptureFi
             "--model", "Llama-3-70B", "--gpu", "h200", "--tp", "4", "--out", str(tmp_path)]
     assert main([*args, "--cpu-overhead-ms", "1.5", "--no-tp-comm"]) == 0
     out = capsys.readouterr().out
-    assert "step model used: roofline (datasheet peaks, uncalibrated" in out
+    assert "step model used: calibrated roofline: efficiencies and floors fitted on" in out
+    assert "no shipped calibration for Llama-3-70B (bf16, kv bf16) on H200-141GB at tp 4" in out
     assert "CPU 1.5 ms" in out and "all-reduces" not in out
     assert main([*args, "--cpu-overhead-ms", "-1"]) == 2
     assert "--cpu-overhead-ms" in capsys.readouterr().err

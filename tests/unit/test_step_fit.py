@@ -24,7 +24,7 @@ from sim.cost.gpus import get_gpu
 from sim.cost.model_config import ModelConfig
 from sim.cost.models import get_model
 from sim.cost.step_extras import ExtendedStepModel
-from sim.cost.step_fit import fit_coefficients, point_batch, samples
+from sim.cost.step_fit import FitStepModel, fit_coefficients, point_batch, samples
 from sim.cost.step_model import make_step_model
 from sim.cost.step_roofline import RooflineStepModel
 from sim.results.alloc_log import architecture
@@ -122,8 +122,18 @@ def test_fit_refuses_another_model_and_names_the_file(tmp_path: Path) -> None:
         make_step_model(f"fit:{tmp_path / 'x.json'}", MODEL, GPU)
 
 
-def test_auto_without_a_shipped_calibration_is_the_roofline() -> None:
-    """auto on a GPU with no artefact is the plain roofline, and says so."""
+def test_auto_without_a_matching_calibration_is_the_calibrated_roofline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto for a model and GPU no artefact measured is the calibrated roofline, a prediction,
+    and says why; with nothing shipped at all it is the plain roofline."""
+    from sim.cost import calibration
+
+    step = make_step_model("auto", get_model("OPT-13B"), get_gpu("A100-80GB"))
+    assert isinstance(step, ExtendedStepModel) and isinstance(step.base, FitStepModel)
+    assert step.description.startswith("calibrated roofline: efficiencies and floors fitted on")
+    assert "a prediction for this GPU" in step.description
+    assert "(no shipped calibration for OPT-13B" in step.description
+    monkeypatch.setattr(calibration, "SHIPPED_DIR", tmp_path)
     step = make_step_model("auto", get_model("OPT-13B"), get_gpu("A100-80GB"))
     assert isinstance(step, ExtendedStepModel) and isinstance(step.base, RooflineStepModel)
     assert "uncalibrated" in step.description and "OPT-13B" in step.description
