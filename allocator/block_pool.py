@@ -23,6 +23,7 @@ from allocator.hashing import (
     group_id_suffix,
     make_block_hash_with_group_id,
 )
+from allocator.pool_invariants import check_pool
 from allocator.profiles import CHOICES
 
 if TYPE_CHECKING:
@@ -283,31 +284,6 @@ class BlockPool:
         return 1.0 - self.get_num_free_blocks() / total
 
     def check_invariants(self) -> None:
-        """Raise AssertionError if the queue, ref counts or the prefix cache are inconsistent."""
-        free = self.free_block_queue.get_all_free_blocks()
-        _check(len(free) == self.free_block_queue.num_free_blocks, "free count != queue length")
-        _check(self.null_block is self.blocks[0] and self.null_block.is_null, "block 0 not null")
-        _check(self.null_block.prev_free_block is None, "null block is in the free queue")
-        free_ids = {block.block_id for block in free}
-        _check(len(free_ids) == len(free), "a block appears twice in the free queue")
-        held = 0
-        for block in self.blocks[1:]:
-            _check(block.ref_cnt >= 0, f"block {block.block_id} has ref_cnt {block.ref_cnt}")
-            in_queue = block.block_id in free_ids
-            _check(
-                in_queue == (block.ref_cnt == 0),
-                f"block {block.block_id}: ref_cnt {block.ref_cnt} but in_queue={in_queue}",
-            )
-            held += block.ref_cnt > 0
-        _check(len(free) + held == self.num_gpu_blocks - 1, "free + held != N - 1")
-        cached_free = sum(1 for block in free if block.block_hash is not None)
-        _check(cached_free == self.num_cached_free_blocks, "num_cached_free_blocks is stale")
-        for key, blocks in self.cached_block_hash_to_block.items():
-            for block in blocks:
-                _check(block.block_hash == key, f"block {block.block_id} cached under a wrong key")
-                _check(not block.is_null, "the null block is in the prefix cache")
-
-
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise AssertionError(message)
+        """Raise AssertionError if the queue, ref counts or the prefix cache are inconsistent
+        (allocator/pool_invariants.py)."""
+        check_pool(self)

@@ -28,9 +28,7 @@ Without the trace (``../shared/traces`` beside the repo) a seeded synthetic stre
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
-import random
 import sys
 import time
 from collections import deque
@@ -38,7 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+from alloc_stream import build_prompts, load_rows, synthetic_rows
 
 from allocator import KVCacheBlocks, KVCacheConfig, KVCacheManager, Request
 from allocator.hashing import get_request_block_hasher, init_none_hash, sha256
@@ -47,8 +47,6 @@ from allocator.profiles import DEFAULT_PROFILE, VllmProfile, profile_for
 DEFAULT_TRACE = (
     Path(__file__).resolve().parents[2] / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 )
-VOCAB_SIZE = 32_000
-SYSTEM_PROMPT_LEN = 512
 BLOCK_SIZE = 16
 NUM_BLOCKS = 16_384
 MAX_RUNNING = 128
@@ -75,41 +73,6 @@ class StreamResult:
     def cpu_rate(self) -> float:
         """Token-steps per CPU second of this process (steadier on a shared machine)."""
         return self.token_steps / self.cpu_seconds
-
-
-def load_rows(path: Path, num_rows: int) -> list[tuple[int, int]]:
-    """(ContextTokens, GeneratedTokens) of the first ``num_rows`` rows of an Azure trace CSV."""
-    rows = []
-    with path.open(newline="") as f:
-        for line_no, row in enumerate(csv.DictReader(f), start=2):
-            if len(rows) == num_rows:
-                break
-            try:
-                rows.append((int(row["ContextTokens"]), int(row["GeneratedTokens"])))
-            except (KeyError, TypeError, ValueError):
-                sys.exit(f"{path}:{line_no}: bad ContextTokens/GeneratedTokens row: {row}")
-    return rows
-
-
-def synthetic_rows(num_rows: int, seed: int) -> list[tuple[int, int]]:
-    """Seeded stand-in for the conversation trace (similar means: ~1,100 in, ~260 out)."""
-    rng = random.Random(seed)
-    return [
-        (min(8000, max(2, int(rng.lognormvariate(6.6, 0.8)))), rng.randint(12, 520))
-        for _ in range(num_rows)
-    ]
-
-
-def build_prompts(rows: list[tuple[int, int]], seed: int) -> list[list[int]]:
-    """Uniform random prompts; even requests share one 512-token system prompt."""
-    rng = random.Random(seed)
-    vocab = range(VOCAB_SIZE)
-    system_prompt = rng.choices(vocab, k=SYSTEM_PROMPT_LEN)
-    prompts = []
-    for i, (context_tokens, _) in enumerate(rows):
-        body = rng.choices(vocab, k=context_tokens)
-        prompts.append(system_prompt + body if i % 2 == 0 else body)
-    return prompts
 
 
 def run_stream(
