@@ -101,7 +101,7 @@ def make_auto(model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype: str) ->
     why = f"no shipped calibration for {model.name} ({model.dtype}, kv {kv}) on {gpu.name} at tp {tp}"
     if shipped():
         step = make_calibrated(model, gpu, tp, kv_cache_dtype)
-        step.description += f" ({why})"
+        step.description += f" (a prediction: {why})"
         return step
     roof = RooflineStepModel(model, gpu, tp, kv_cache_dtype=kv_cache_dtype)
     roof.description = f"roofline (datasheet peaks, uncalibrated: {why})"

@@ -100,7 +100,8 @@ def test_auto_without_an_fp8_artefact_is_the_calibrated_roofline(shipped_dir: Pa
     step = make_step_model("auto", MODEL, GPU, kv_cache_dtype="fp8")
     assert step.description.startswith("calibrated roofline: efficiencies and floors fitted on "
                                        "Llama-3-8B on H200-141GB")
-    assert "(no shipped calibration for Llama-3-8B (bf16, kv fp8_e4m3) on" in step.description
+    assert "(a prediction: no shipped calibration for Llama-3-8B (bf16, kv fp8_e4m3) on" in \
+        step.description
     with pytest.raises(ValueError, match=r"no shipped calibration .* kv fp8_e4m3"):
         make_step_model("fit", MODEL, GPU, kv_cache_dtype="fp8")
     with pytest.raises(ValueError, match=r"measured for Llama-3-8B \(bf16, kv bf16\).*kv "

@@ -132,7 +132,7 @@ def test_auto_without_a_matching_calibration_is_the_calibrated_roofline(
     assert isinstance(step, ExtendedStepModel) and isinstance(step.base, FitStepModel)
     assert step.description.startswith("calibrated roofline: efficiencies and floors fitted on")
     assert "a prediction for this GPU" in step.description
-    assert "(no shipped calibration for OPT-13B" in step.description
+    assert "(a prediction: no shipped calibration for OPT-13B" in step.description
     monkeypatch.setattr(calibration, "SHIPPED_DIR", tmp_path)
     step = make_step_model("auto", get_model("OPT-13B"), get_gpu("A100-80GB"))
     assert isinstance(step, ExtendedStepModel) and isinstance(step.base, RooflineStepModel)
