@@ -6,14 +6,12 @@ every cached key points only at blocks carrying it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from allocator.block_pool import BlockPool
+from typing import Any
 
 
-def check_pool(pool: BlockPool) -> None:
-    """Raise AssertionError naming the first inconsistency of `pool`."""
+def check_pool(pool: Any) -> None:
+    """Raise AssertionError naming the first inconsistency of `pool`, an
+    `allocator.block_pool.BlockPool` (not imported: block_pool imports this module)."""
     free = pool.free_block_queue.get_all_free_blocks()
     _check(len(free) == pool.free_block_queue.num_free_blocks, "free count != queue length")
     _check(pool.null_block is pool.blocks[0] and pool.null_block.is_null, "block 0 not null")
