@@ -130,10 +130,11 @@ def _on(path: Path, device: str) -> Path:
 
 
 def test_calibrated_pool_by_gpu(shipped_dir: Path) -> None:
-    """The H200 has two model shapes shipped: 'calibrated' on it fits those alone. The H100
-    has one: the whole pool, scaled to its steps. The A100 has none: the whole pool, a
-    prediction. The kind of cache comes first: an fp8 run on the H100 takes the H200's fp8
-    artefact rather than the H100's bf16 one."""
+    """The H200 has two model shapes shipped: 'calibrated' on it fits those alone for prefill
+    and mixed steps, and the whole pool scaled to its steps for decode. The H100 has one: the
+    whole pool, scaled to its steps. The A100 has none: the whole pool, a prediction. The kind
+    of cache comes first: an fp8 run on the H100 takes the H200's fp8 artefact rather than the
+    H100's bf16 one."""
     _cal(shipped_dir, None, "h200_llama.json")
     path = _artefact(shipped_dir, _points(0.0, name="Qwen3-14B"), "Qwen3-14B", "h200_qwen.json")
     assert read_calibration(path).gpu_name == "H200-141GB"
@@ -145,12 +146,43 @@ def test_calibrated_pool_by_gpu(shipped_dir: Path) -> None:
         text = make_step_model("calibrated", MODEL, gpu, kv_cache_dtype=kv).description
         return text.split("floors fitted on ")[1].split("; CPU")[0]
 
-    assert pool(GPU) == "Llama-3-8B, Qwen3-14B on H200-141GB"
+    assert pool(GPU) == ("Llama-3-8B, Qwen3-14B on H100-80GB, H200-141GB; prefill and mixed "
+                         "steps from H200-141GB's own, decode steps from every GPU's, scaled "
+                         "to H200-141GB's")
     assert pool(h100) == ("Llama-3-8B, Qwen3-14B on H100-80GB, H200-141GB; scaled to "
                           "H100-80GB's own steps")
     assert pool(a100) == ("Llama-3-8B, Qwen3-14B on H100-80GB, H200-141GB; a prediction for "
                           "this GPU")
     assert pool(h100, "fp8") == "Llama-3-8B (kv fp8) on H200-141GB; a prediction for this GPU"
+
+
+def test_calibrated_kinds_come_from_their_pools(shipped_dir: Path) -> None:
+    """With two shapes on the H200 and one on the H100: the H200's prefill and mixed terms are
+    the fit of its own artefacts, its decode terms the whole pool's scaled to its points; with
+    the H200's artefacts alone shipped, every kind is their fit."""
+    from sim.cost.step_fit import fit_coefficients, scaled_to
+    from sim.cost.step_specs import calibrated_coefficients
+
+    h200 = [read_calibration(_cal(shipped_dir, None, "h200_llama.json")),
+            read_calibration(_artefact(shipped_dir, _points(0.0, name="Qwen3-14B"),
+                                       "Qwen3-14B", "h200_qwen.json"))]
+    path = _on(_artefact(shipped_dir, [dict(p, graph_s=p["graph_s"] * 1.3)
+                                       for p in _points(0.0, name="Qwen3-14B")],
+                         "Qwen3-14B", "h100_qwen.json"), "NVIDIA H100 80GB HBM3")
+    h100 = read_calibration(path)
+    mine = [s for c in h200 for s in samples(c)]
+    alone = fit_coefficients(mine)
+    whole = scaled_to(fit_coefficients(mine + samples(h100)), mine)
+    coef, used, how = calibrated_coefficients([*h200, h100], GPU, False)
+    assert len(used) == 3 and "decode steps from every GPU's" in how
+    assert coef.ratio["decode"] == whole.ratio["decode"] != alone.ratio["decode"]
+    assert (coef.terms["decode"] == whole.terms["decode"]).all()
+    for kind in ("prefill", "mixed"):
+        assert coef.ratio[kind] == alone.ratio[kind]
+        assert (coef.terms[kind] == alone.terms[kind]).all()
+    coef, used, how = calibrated_coefficients(h200, GPU, False)
+    assert how == "" and len(used) == 2
+    assert all(coef.ratio[k] == alone.ratio[k] for k in coef.ratio)
 
 
 def test_scaled_to_matches_a_gpus_own_steps(tmp_path: Path) -> None:
