@@ -3,7 +3,7 @@
 Per part p (attention, linear, other) and step kind k (decode, prefill, mixed), seconds:
 
     t = floor[k,p] x launches_p + mem[k,p] x M_p + flop[k,p] x F_p + seq[k,p] x S
-        + waves[k,p] x W + bound[k,p] x max(M_p, F_p)
+        + waves[k,p] x W + bound[k,p] x max(M_p, F_p) + expert[k,p] x X_p
 
 M_p and F_p are the roofline's memory and compute seconds of the part at 100 % of the GPU's
 datasheet HBM bandwidth and tensor peak (sim/cost/step_roofline.py), so 1 / mem and 1 / flop
@@ -14,6 +14,11 @@ compute-bound as tokens grow is not charged both. W (attention of prefill and mi
 only) counts the key tiles on the critical path of the query-tile kernel (`tile_waves`): a
 short chunk over a long cached prefix leaves most SMs idle while a few programs walk the
 whole prefix, which no FLOP or byte count sees; `waves` is seconds per key tile of one program.
+X (the linear part of MoE models only) is the seconds of reading the routed experts a step
+touches at 100 % of HBM bandwidth, and M_linear then counts the other linear bytes: grouped
+expert GEMMs read their weights at about half the bandwidth dense GEMMs reach (Mixtral-8x7B
+and Qwen3-30B-A3B on the H200), so one `mem` for both priced an MoE model no fit had seen
+30-50 % too fast (benchmarks/RESULTS.md, "Routed experts' reads as their own term").
 The "other" part (norms, rotary, activation, MoE glue, embedding, argmax) has M = the bytes of
 about ten activation vectors per token and layer, and no FLOP term; neither has decode
 attention (its query-key pairs equal the keys it reads, so the two cannot be told apart), and
@@ -35,7 +40,7 @@ from sim.cost.step_roofline import RooflineStepModel
 
 PARTS = ("attention", "linear", "other")
 KINDS = ("decode", "prefill", "mixed")
-TERMS = ("floor", "mem", "flop", "seq", "waves", "bound")
+TERMS = ("floor", "mem", "flop", "seq", "waves", "bound", "expert")
 MAX_CAPTURE_SIZE = 512
 # vLLM's default capture sizes: [1, 2, 4] + range(8, 256, 8) + range(256, 513, 16).
 CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, MAX_CAPTURE_SIZE + 1, 16))
@@ -122,9 +127,10 @@ def features(roof: RooflineStepModel, num_decode: int, sum_decode_context: int,
     else:
         waves = float(model.num_layers * tile_waves(
             prefills, model.heads_per_gpu(roof.tp), model.head_dim, roof.gpu.sms, roof.window))
-    return kind, [[n_att, att_mem, att_flop, seqs, waves, att_bound],
-                  [n_lin, lin_mem, lin_flop, seqs, 0.0, max(lin_mem, lin_flop)],
-                  [n_other, other_mem, 0.0, seqs, 0.0, 0.0]]
+    expert = roof.expert_memory(rows)
+    return kind, [[n_att, att_mem, att_flop, seqs, waves, att_bound, 0.0],
+                  [n_lin, lin_mem - expert, lin_flop, seqs, 0.0, max(lin_mem, lin_flop), expert],
+                  [n_other, other_mem, 0.0, seqs, 0.0, 0.0, 0.0]]
 
 
 def fit_nonnegative(x: np.ndarray, y: np.ndarray) -> np.ndarray:

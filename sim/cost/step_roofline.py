@@ -83,10 +83,15 @@ class RooflineStepModel(StepModel):
 
     def linear_terms(self, tokens: int, num_seqs: int) -> tuple[float, float]:
         """(memory seconds, compute seconds) of the linear layers for `tokens` rows."""
-        memory = self._lin_mem_const + self._lin_mem_token * tokens
-        if self._exp_mem:
-            memory += self._exp_mem * (1.0 - self._exp_miss ** tokens)
+        memory = self._lin_mem_const + self._lin_mem_token * tokens + self.expert_memory(tokens)
         return memory, self._lin_flop_token * tokens + self._lin_flop_seq * num_seqs
+
+    def expert_memory(self, tokens: int) -> float:
+        """The part of `linear_terms`' memory seconds that reads routed experts' weights (0
+        for a dense model)."""
+        if not self._exp_mem:
+            return 0.0
+        return self._exp_mem * (1.0 - self._exp_miss ** tokens)
 
     def attention_terms(self, tokens: int, keys: int, pairs: int) -> tuple[float, float]:
         """(memory seconds, compute seconds) of attention: K/V read and written, q and o."""

@@ -69,10 +69,10 @@ def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec,
       where it has fewer, the whole pool scaled to its own points (`scaled_to`);
     - decode: the whole pool, scaled to `gpu`'s own decode points. Decode time is launch
       floors (equal on GPUs of equal SMs and clock) plus weight and KV reads (which scale with
-      bandwidth); several GPUs' points separate the two where one GPU's few shapes do not. On
-      held-out models this took the decode error of Qwen3-14B from 11.6 % to 2.7 % (median,
-      H100) and every dense shape's on the H200 from 8.5-10.5 % to 5.0-7.0 %
-      (benchmarks/RESULTS.md, "Decode from the whole pool");
+      bandwidth); several GPUs' points separate the two where one GPU's few shapes do not.
+      Held out, Qwen3-14B's decode on the H100 (whose other shapes are two of 7-8B) went
+      from 11.6 % to 3.2 % median; on the H200, with five other shapes, dense decode moved by
+      a point either way (benchmarks/RESULTS.md, "Decode from the whole pool");
     - where `gpu` has no artefact, the whole pool (a prediction)."""
     pool = [c for c in cals if c.kv_dtype.startswith("fp8") == fp8] or cals
     own = [c for c in pool if c.gpu_name == gpu.name]

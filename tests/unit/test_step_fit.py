@@ -36,14 +36,17 @@ GRID = ([(b, c, 0, 0) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) for c in (128,
         + [(0, 0, n, p) for n in (16, 64, 256, 1024, 4096) for p in (0, 1024, 8192)]
         + [(b, c, n, 0) for b in (4, 16, 64) for c in (1024, 4096) for n in (64, 512, 2048)])
 # Known terms per kind: (floor per launch s, 1 / memory efficiency, 1 / compute efficiency,
-# s per sequence, s per key tile on the critical path, roofline weight) for attention, linear,
-# other.
-TRUE = {"decode": [[6e-6, 1 / 0.8, 0.0, 2e-6, 0.0, 0.0], [3e-6, 1 / 0.87, 1 / 0.6, 0.0, 0.0, 0.0],
-                   [2e-6, 1 / 0.5, 0.0, 1e-7, 0.0, 0.0]],
-        "prefill": [[8e-6, 1 / 0.7, 1 / 0.9, 0.0, 2e-6, 0.0],
-                    [3e-6, 0.2, 0.3, 0.0, 0.0, 1 / 0.8], [2e-6, 1 / 0.6, 0.0, 0.0, 0.0, 0.0]],
-        "mixed": [[9e-6, 1 / 0.75, 1 / 0.5, 1e-6, 1e-6, 0.0],
-                  [3e-6, 1 / 0.85, 1 / 0.65, 0.0, 0.0, 0.0], [2e-6, 1 / 0.55, 0.0, 0.0, 0.0, 0.0]]}
+# s per sequence, s per key tile on the critical path, roofline weight, 1 / efficiency of the
+# routed experts' weight reads) for attention, linear, other.
+TRUE = {"decode": [[6e-6, 1 / 0.8, 0.0, 2e-6, 0.0, 0.0, 0.0],
+                   [3e-6, 1 / 0.87, 1 / 0.6, 0.0, 0.0, 0.0, 1 / 0.45],
+                   [2e-6, 1 / 0.5, 0.0, 1e-7, 0.0, 0.0, 0.0]],
+        "prefill": [[8e-6, 1 / 0.7, 1 / 0.9, 0.0, 2e-6, 0.0, 0.0],
+                    [3e-6, 0.2, 0.3, 0.0, 0.0, 1 / 0.8, 1 / 0.5],
+                    [2e-6, 1 / 0.6, 0.0, 0.0, 0.0, 0.0, 0.0]],
+        "mixed": [[9e-6, 1 / 0.75, 1 / 0.5, 1e-6, 1e-6, 0.0, 0.0],
+                  [3e-6, 1 / 0.85, 1 / 0.65, 0.0, 0.0, 0.0, 1 / 0.55],
+                  [2e-6, 1 / 0.55, 0.0, 0.0, 0.0, 0.0, 0.0]]}
 
 
 def _points(noise: float, seed: int = 0, name: str = "Llama-3-8B") -> list[dict[str, Any]]:
@@ -190,13 +193,28 @@ def test_fit_needs_the_waves_term_for_short_chunks_over_long_prefixes() -> None:
             kind, parts = features(roof, 0, 0, [(new, prefix)])
             assert kind == "prefill" and parts[0][col] > 0
             rows.append(parts[0])
-            times.append(float(np.dot([8e-6, 1 / 0.7, 1 / 0.9, 0.0, 2e-6, 0.0], parts[0])))
+            times.append(float(np.dot([8e-6, 1 / 0.7, 1 / 0.9, 0.0, 2e-6, 0.0, 0.0], parts[0])))
     x, y = np.array(rows), np.array(times)
     coef = fit_nonnegative(x, y)
     assert coef[col] == pytest.approx(2e-6, rel=1e-6)
     x[:, col] = 0.0
     worst = float(np.abs(x @ fit_nonnegative(x, y) / y - 1).max())
     assert worst > 0.15
+
+
+def test_expert_column_splits_the_linear_bytes() -> None:
+    """The linear part's `expert` column is the roofline's routed-expert read seconds and
+    `mem` the rest, so the two add up to the roofline's linear memory; a dense model's is 0."""
+    mem, expert = TERMS.index("mem"), TERMS.index("expert")
+    for name, routed in (("Llama-3-8B", False), ("Mixtral-8x7B", True), ("Qwen3-30B-A3B", True)):
+        roof = RooflineStepModel(get_model(name), GPU)
+        for decodes, prefills in ((1, []), (64, []), (0, [(2048, 0)]), (8, [(256, 1024)])):
+            _, parts = features(roof, decodes, decodes * 1024, prefills)
+            rows = padded_tokens(decodes + sum(n for n, _ in prefills))
+            total, _ = roof.linear_terms(rows, decodes + len(prefills))
+            assert parts[1][mem] + parts[1][expert] == pytest.approx(total, rel=1e-12)
+            assert (parts[1][expert] > 0) == routed
+            assert parts[0][expert] == parts[2][expert] == 0.0
 
 
 def test_linear_curve_interpolates_and_holds_its_ends() -> None:
