@@ -25,7 +25,8 @@ attention (its query-key pairs equal the keys it reads, so the two cannot be tol
 neither has `bound`. Linear rows are the tokens padded to vLLM's CUDA-graph capture sizes (as
 the executor runs them). Coefficients are non-negative, fitted by least squares on relative
 error (each row divided by its measured time): an exact search over the subsets of active
-terms (6 terms: 63 small numpy solves).
+terms (7 terms: 127 small numpy solves; a column that is zero throughout, as `expert` for a
+dense model, gets 0).
 """
 from __future__ import annotations
 
