@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             "roofline": RooflineStepModel(cal.model, cal.gpu, kv_cache_dtype=kv)}
         others = [c for c in cals if c.model != cal.model]
         if sum(len(samples(c)) for c in others) >= MIN_POINTS:
-            coef, _, _ = calibrated_coefficients(others, cal.gpu, cal.kv_dtype.startswith("fp8"))
+            coef, _, _ = calibrated_coefficients(others, cal.gpu, cal.kv_dtype.startswith("fp8"),
+                                                 cal.model.moe)
             models["calibrated"] = FitStepModel(cal.model, cal.gpu, 1, coef, "calibrated",
                                                 kv_cache_dtype=kv)
         name = f"{row_name(cal.model, kv)} on {cal.gpu_name}"

@@ -54,8 +54,8 @@ def make_fit(arg: str, model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype
                         kv_cache_dtype=kv_cache_dtype)
 
 
-def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec,
-                            fp8: bool) -> tuple[Coefficients, list[Calibration], str]:
+def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec, fp8: bool,
+                            moe: bool = False) -> tuple[Coefficients, list[Calibration], str]:
     """The calibrated roofline's coefficients for a run on `gpu` (fp8 cache or not), the
     artefacts they come from, and how they were chosen (a phrase for the run's description).
 
@@ -66,7 +66,9 @@ def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec,
     need several model shapes (one shape cannot tell its weight reads from its launch floors).
     So, per step kind:
     - prefill and mixed: where `gpu` has artefacts of MIN_SHAPES model shapes, those alone;
-      where it has fewer, the whole pool scaled to its own points (`scaled_to`);
+      where it has fewer, or where the run is an MoE model (`moe`) and none of them is, the
+      whole pool scaled to its own points (`scaled_to`): a fit without MoE points has no
+      price for reading routed experts (its `expert` term is 0);
     - decode: the whole pool, scaled to `gpu`'s own decode points. Decode time is launch
       floors (equal on GPUs of equal SMs and clock) plus weight and KV reads (which scale with
       bandwidth); several GPUs' points separate the two where one GPU's few shapes do not.
@@ -80,8 +82,11 @@ def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec,
     scaled = scaled_to(fit_coefficients([s for c in pool for s in samples(c)]), mine)
     if not own:
         return scaled, pool, "a prediction for this GPU"
-    if len({c.model for c in own}) < MIN_SHAPES:
+    shapes = {c.model for c in own}
+    if len(shapes) < MIN_SHAPES:
         return scaled, pool, f"scaled to {gpu.name}'s own steps"
+    if moe and not any(m.moe for m in shapes):
+        return scaled, pool, f"scaled to {gpu.name}'s own steps (none of an MoE model)"
     alone = fit_coefficients(mine)
     if {c.gpu_name for c in pool} == {gpu.name}:
         return alone, own, ""
@@ -99,7 +104,7 @@ def make_calibrated(model: ModelConfig, gpu: GpuSpec, tp: int,
         raise ValueError("--step-model calibrated: no calibration is shipped in "
                          "sim/cost/calibrations/ (use roofline)")
     coef, cals, how = calibrated_coefficients(
-        cals, gpu, run_kv_dtype(model, kv_cache_dtype).startswith("fp8"))
+        cals, gpu, run_kv_dtype(model, kv_cache_dtype).startswith("fp8"), model.moe)
     names = ", ".join(sorted({c.model.name + (" (kv fp8)" if c.kv_dtype.startswith("fp8")
                                               else "") for c in cals}))
     where = ", ".join(sorted({c.gpu_name for c in cals}))

@@ -185,6 +185,37 @@ def test_calibrated_kinds_come_from_their_pools(shipped_dir: Path) -> None:
     assert all(coef.ratio[k] == alone.ratio[k] for k in coef.ratio)
 
 
+def test_moe_run_on_a_gpu_without_moe_files_takes_the_scaled_pool(shipped_dir: Path) -> None:
+    """Two dense shapes on the H100 and an MoE one on the H200: a dense run on the H100 fits
+    its prefill and mixed steps on the H100's files alone, an MoE run takes the whole pool
+    scaled to the H100 for every kind (a fit without MoE points prices no expert reads)."""
+    from sim.cost.fit_terms import TERMS
+    from sim.cost.step_fit import fit_coefficients, scaled_to
+    from sim.cost.step_specs import calibrated_coefficients
+
+    h100 = [read_calibration(_on(_cal(shipped_dir, None, "h100_llama.json"),
+                                 "NVIDIA H100 80GB HBM3")),
+            read_calibration(_on(_artefact(shipped_dir, _points(0.0, name="Qwen3-14B"),
+                                           "Qwen3-14B", "h100_qwen.json"),
+                                 "NVIDIA H100 80GB HBM3"))]
+    moe = read_calibration(_artefact(shipped_dir, _points(0.0, name="Qwen3-30B-A3B"),
+                                     "Qwen3-30B-A3B", "h200_moe.json"))
+    h100_gpu = get_gpu("H100-80GB")
+    mine = [s for c in h100 for s in samples(c)]
+    alone = fit_coefficients(mine)
+    assert (alone.terms["prefill"][:, TERMS.index("expert")] == 0).all()
+    whole = scaled_to(fit_coefficients(mine + samples(moe)), mine)
+    dense, _, how = calibrated_coefficients([*h100, moe], h100_gpu, False)
+    assert how.startswith("prefill and mixed steps from H100-80GB's own")
+    assert (dense.terms["prefill"] == alone.terms["prefill"]).all()
+    routed, used, how = calibrated_coefficients([*h100, moe], h100_gpu, False, moe=True)
+    assert how == "scaled to H100-80GB's own steps (none of an MoE model)" and len(used) == 3
+    for kind in routed.terms:
+        assert (routed.terms[kind] == whole.terms[kind]).all()
+        assert routed.ratio[kind] == whole.ratio[kind]
+    assert (routed.terms["prefill"][:, TERMS.index("expert")] > 0).any()
+
+
 def test_scaled_to_matches_a_gpus_own_steps(tmp_path: Path) -> None:
     """A pooled fit scaled to points 1.25x slower (decode) and 0.8x (the other kinds) predicts
     those points' graph times: the per-kind scale is the median measured / predicted."""
