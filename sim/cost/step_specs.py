@@ -60,7 +60,8 @@ def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec, fp8: bool,
     artefacts they come from, and how they were chosen (a phrase for the run's description).
 
     The pool is the artefacts of the run's kind of KV cache (fp8 caches are conversion-bound,
-    16-bit ones are not; all where none of that kind is given). Fractions of datasheet peaks
+    16-bit ones are not); all artefacts where none is of that kind, or where the run is an MoE
+    model and none of that kind is (a pool without MoE points prices no expert reads). Fractions of datasheet peaks
     do not carry between GPUs (the H200's decode reaches 65 % of its HBM peak, the H100's 73 %
     of its, with the same SMs and clock: benchmarks/RESULTS.md, "One H100 run"), and the terms
     need several model shapes (one shape cannot tell its weight reads from its launch floors).
@@ -76,7 +77,9 @@ def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec, fp8: bool,
       from 11.6 % to 3.2 % median; on the H200, with five other shapes, dense decode moved by
       a point either way (benchmarks/RESULTS.md, "Decode from the whole pool");
     - where `gpu` has no artefact, the whole pool (a prediction)."""
-    pool = [c for c in cals if c.kv_dtype.startswith("fp8") == fp8] or cals
+    pool = [c for c in cals if c.kv_dtype.startswith("fp8") == fp8]
+    if not pool or (moe and not any(c.model.moe for c in pool)):
+        pool = cals
     own = [c for c in pool if c.gpu_name == gpu.name]
     mine = [s for c in own for s in samples(c)]
     scaled = scaled_to(fit_coefficients([s for c in pool for s in samples(c)]), mine)

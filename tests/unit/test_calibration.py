@@ -214,6 +214,11 @@ def test_moe_run_on_a_gpu_without_moe_files_takes_the_scaled_pool(shipped_dir: P
         assert (routed.terms[kind] == whole.terms[kind]).all()
         assert routed.ratio[kind] == whole.ratio[kind]
     assert (routed.terms["prefill"][:, TERMS.index("expert")] > 0).any()
+    fp8 = read_calibration(_cal(shipped_dir, "fp8_e4m3", "h200_llama_fp8.json"))
+    _, used, _ = calibrated_coefficients([*h100, moe, fp8], h100_gpu, True)
+    assert used == [fp8]  # a dense fp8 run: the fp8 files
+    _, used, _ = calibrated_coefficients([*h100, moe, fp8], h100_gpu, True, moe=True)
+    assert len(used) == 4  # an MoE fp8 run: no fp8 file is MoE, so every file
 
 
 def test_scaled_to_matches_a_gpus_own_steps(tmp_path: Path) -> None:
