@@ -26,6 +26,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fp8_swap
+import fp8_vt
 import kernel_ab
 import kernel_sweeps
 import kernel_tables
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "host": lambda: kernel_ab.host(t16, t8),
         "layout_ab": lambda: kernel_ab.layout_ab(t16, t8),
         "fp8_swap": lambda: fp8_swap.swap_ab(t16, t8, alternate),
+        "fp8_vt": lambda: fp8_vt.vt_ab(t16, t8, alternate),
         "sdpa": lambda: {f"{b}x{c}_us": sdpa_decode(t16, [c] * b) for b, c in ((64, 4096),
                                                                             (16, 16384))},
         "cache_ops": lambda: kernel_sweeps.cache_ops(SHAPE),
