@@ -32,7 +32,7 @@ from sim.cost.calibration import (
 from sim.cost.fit_terms import step_kind
 from sim.cost.gpus import get_gpu
 from sim.cost.model_config import ModelConfig
-from sim.cost.step_fit import MIN_POINTS, FitStepModel, fit_coefficients, point_batch, samples
+from sim.cost.step_fit import MIN_POINTS, FitStepModel, fit_shape, point_batch, samples
 from sim.cost.step_roofline import RooflineStepModel
 from sim.cost.step_specs import calibrated_coefficients, make_auto, make_calibrated
 
@@ -203,8 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         kv = cal.kv_cache_dtype
         models: dict[str, Any] = {
             "fit": FitStepModel(cal.model, cal.gpu, 1,
-                                fit_coefficients(samples(cal, fitted), curve=True), "fit",
-                                kv_cache_dtype=kv),
+                                fit_shape(samples(cal, fitted)), "fit", kv_cache_dtype=kv),
             "roofline": RooflineStepModel(cal.model, cal.gpu, kv_cache_dtype=kv)}
         others = [c for c in cals if c.model != cal.model]
         if sum(len(samples(c)) for c in others) >= MIN_POINTS:

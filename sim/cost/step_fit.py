@@ -6,7 +6,7 @@ prefill, mixed) and part, the efficiencies, the floor per launch and the cost pe
 then per kind the median ratio of the whole step's graph time to its parts' sum (their
 overlap). A kind with fewer than MIN_POINTS points borrows the coefficients fitted on all.
 With `curve` (the per-shape 'fit'), the linear and other parts are then multiplied by a
-measured correction over the rows they run (`LinearCurve`): what GEMM libraries do at
+measured correction over the rows they run, one per kind (`LinearCurve`): what GEMM libraries do at
 particular row counts (cuBLAS's tile waves, fast at 512 rows and slow just above; torch's
 grouped GEMM switching tiles at 128 rows per expert, Mixtral's bump at 480-512 tokens)
 follows no byte or FLOP count, only the artefact's own points. 'calibrated' has no curve.
@@ -23,7 +23,7 @@ import bisect
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -78,12 +78,14 @@ class LinearCurve:
 
 @dataclass(frozen=True, slots=True)
 class Coefficients:
-    """Per kind: one row of TERMS coefficients per part, and the graph / parts-sum ratio;
-    the linear parts' correction over rows (`LinearCurve`, identity unless fitted)."""
+    """Per kind: one row of TERMS coefficients per part, the whole step's graph time as
+    `ratio` x the parts' sum + `offset` seconds (`overlap`), and the linear parts'
+    correction over rows (`LinearCurve`; a kind without one: identity)."""
 
     terms: dict[str, np.ndarray]
     ratio: dict[str, float]
-    curve: LinearCurve = LinearCurve()
+    curve: dict[str, LinearCurve] = field(default_factory=dict)
+    offset: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +135,8 @@ def _dot(coef: Sequence[float], values: Sequence[float]) -> float:
 
 def linear_curve(data: Sequence[Sample], terms: dict[str, np.ndarray]) -> LinearCurve:
     """The measured / fitted ratio of the linear plus other parts per row count (see
-    CURVE_MIN_POINTS); identity where no row count misses by more than CURVE_MIN_MISS."""
+    CURVE_MIN_POINTS), for samples of one kind; identity where no row count misses by more
+    than CURVE_MIN_MISS."""
     by_rows: dict[int, list[float]] = defaultdict(list)
     for s in data:
         fitted = _dot(terms[s.kind][1], s.rows[1]) + _dot(terms[s.kind][2], s.rows[2])
@@ -148,25 +151,76 @@ def linear_curve(data: Sequence[Sample], terms: dict[str, np.ndarray]) -> Linear
     return LinearCurve(rows, ratio) if any(r != 1.0 for r in ratio) else LinearCurve()
 
 
-def fit_coefficients(data: Sequence[Sample], *, curve: bool = False) -> Coefficients:
+def linear_curves(data: Sequence[Sample], terms: dict[str, np.ndarray]
+                  ) -> dict[str, LinearCurve]:
+    """Per kind, the `linear_curve` it is multiplied by: decode steps' from decode samples,
+    prefill and mixed steps' from the samples of both. A curve is a residual of its kind's
+    own terms, so one curve for every kind put the 5 % by which the H100's prefill fit prices
+    32-row prefills low on its 32-sequence decodes, 3-9 % too slow as executed. Prefill and
+    mixed steps run the same GEMMs at the row counts the capture grid gives both, and share
+    their points: held out, a curve per kind, without that support, had a higher p90 than
+    the shared one on six of 14 shapes (benchmarks/RESULTS.md, "The overlap of a step's
+    parts")."""
+    chunks = linear_curve([s for s in data if s.kind != "decode"], terms)
+    return {"decode": linear_curve([s for s in data if s.kind == "decode"], terms),
+            "prefill": chunks, "mixed": chunks}
+
+
+def overlap(group: Sequence[Sample]) -> tuple[float, float]:
+    """(ratio, offset): the whole step's graph seconds as `ratio` x its parts' sum + `offset`,
+    least squares in relative error. The parts are timed each in its own graph: a small
+    step's graph takes a little more than its parts (what no part holds: the embedding, the
+    graph's own replay), a long prefill's parts sum to 2-5 % more than its graph (timed
+    apart, they lose the overlap of neighbouring kernels), so one ratio over all sizes
+    prices small steps low and long ones high; the shipped shapes fit ratios of 0.94-1.0
+    and offsets of 0.1-1.5 ms (benchmarks/RESULTS.md, "The overlap of a step's
+    parts"). With fewer than MIN_POINTS samples, or a fit that is not a positive ratio,
+    the median ratio and no offset."""
+    parts = np.array([sum(s.parts) for s in group])
+    graph = np.array([s.graph_s for s in group])
+    median = float(np.median(graph / parts))
+    if len(group) < MIN_POINTS or np.ptp(parts) <= 0:
+        return median, 0.0
+    x = np.stack([parts / graph, 1.0 / graph], axis=1)
+    (ratio, offset), *_ = np.linalg.lstsq(x, np.ones_like(graph), rcond=None)
+    if not ratio > 0:
+        return median, 0.0
+    return float(ratio), float(offset)
+
+
+def fit_coefficients(data: Sequence[Sample], *, curve: bool = False,
+                     offset: bool = False) -> Coefficients:
     """Fit every kind (see the module docstring); with `curve`, the linear parts' correction
-    over rows too. Raises ValueError without samples."""
+    over rows too; with `offset`, each kind's overlap as a ratio and an offset (`overlap`),
+    else as the median ratio. Both are for one model shape's points: a step's fixed GPU cost
+    and its row-count bumps follow that shape's layers, not byte or FLOP counts, so fits
+    pooled over shapes ('calibrated') take neither (held out, the offset moved the pooled
+    fits' errors by about a point either way). Raises ValueError without samples."""
     if len(data) < MIN_POINTS:
         raise ValueError(f"a fit needs at least {MIN_POINTS} points with attention_s, "
                          f"linear_s and other_s measured; got {len(data)}")
     pooled = _fit_parts(data)
-    terms, ratio = {}, {}
+    terms, ratio, shift = {}, {}, {}
     for kind in KINDS:
         group = [s for s in data if s.kind == kind]
         terms[kind] = _fit_parts(group) if len(group) >= MIN_POINTS else pooled
-        ratio[kind] = statistics.median(s.graph_s / sum(s.parts) for s in (group or data))
-    return Coefficients(terms, ratio, linear_curve(data, terms) if curve else LinearCurve())
+        both = overlap(group if len(group) >= MIN_POINTS else data)
+        ratio[kind], shift[kind] = both if offset else (
+            statistics.median(s.graph_s / sum(s.parts) for s in (group or data)), 0.0)
+    return Coefficients(terms, ratio, linear_curves(data, terms) if curve else {}, shift)
+
+
+def fit_shape(data: Sequence[Sample]) -> Coefficients:
+    """The 'fit' of one model shape's points: its terms, its overlap with an offset and its
+    linear curves (`fit_coefficients`)."""
+    return fit_coefficients(data, curve=True, offset=True)
 
 
 def predicted_graph_s(coef: Coefficients, sample: Sample) -> float:
     """The whole step's graph seconds `coef` gives a sample (no linear curve)."""
     terms = coef.terms[sample.kind]
-    return sum(_dot(terms[i], sample.rows[i]) for i in range(len(PARTS))) * coef.ratio[sample.kind]
+    parts = sum(_dot(terms[i], sample.rows[i]) for i in range(len(PARTS)))
+    return parts * coef.ratio[sample.kind] + coef.offset.get(sample.kind, 0.0)
 
 
 def scaled_to(coef: Coefficients, own: Sequence[Sample]) -> Coefficients:
@@ -179,7 +233,7 @@ def scaled_to(coef: Coefficients, own: Sequence[Sample]) -> Coefficients:
     scale = {kind: statistics.median([s.graph_s / predicted_graph_s(coef, s) for s in own
                                       if s.kind == kind] or every) for kind in KINDS}
     return Coefficients(coef.terms, {k: coef.ratio[k] * scale[k] for k in coef.ratio},
-                        coef.curve)
+                        coef.curve, {k: v * scale[k] for k, v in coef.offset.items()})
 
 
 class FitStepModel(StepModel):
@@ -195,19 +249,22 @@ class FitStepModel(StepModel):
         # Plain floats: a numpy dot of four values per part costs more than the sums.
         self._terms = {kind: [[float(c) for c in row] for row in coef.terms[kind]]
                        for kind in coef.terms}
+        self._offset = {kind: float(coef.offset.get(kind, 0.0)) for kind in coef.terms}
         self.overhead_s, self.per_seq_overhead_s = overhead_s, per_seq_overhead_s
 
     def gpu_parts(self, num_decode: int, sum_decode_context: int,
                   prefills: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
-        """Predicted (attention, linear, other) GPU seconds, the overlap ratio applied."""
+        """Predicted (attention, linear, other) GPU seconds, the overlap applied (its offset
+        counted in `other`)."""
         kind, rows = features(self.roof, num_decode, sum_decode_context, prefills)
         terms, ratio = self._terms[kind], self.coef.ratio[kind]
         att, lin, other = (sum(c * v for c, v in zip(terms[i], rows[i])) * ratio
                            for i in range(3))
-        if self.coef.curve.rows:
-            bend = self.coef.curve(linear_rows(num_decode, prefills))
+        curve = self.coef.curve.get(kind)
+        if curve is not None and curve.rows:
+            bend = curve(linear_rows(num_decode, prefills))
             lin, other = lin * bend, other * bend
-        return att, lin, other
+        return att, lin, other + self._offset[kind]
 
     def predict_split(self, num_decode: int, sum_decode_context: int,
                       prefills: Sequence[tuple[int, int]]) -> StepTime:

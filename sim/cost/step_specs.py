@@ -23,7 +23,14 @@ from sim.cost.calibration import (
 from sim.cost.gpus import GpuSpec
 from sim.cost.model_config import ModelConfig
 from sim.cost.step_base import StepModel
-from sim.cost.step_fit import Coefficients, FitStepModel, fit_coefficients, samples, scaled_to
+from sim.cost.step_fit import (
+    Coefficients,
+    FitStepModel,
+    fit_coefficients,
+    fit_shape,
+    samples,
+    scaled_to,
+)
 from sim.cost.step_roofline import RooflineStepModel
 
 SPECS = ("fit", "calibrated", "auto")
@@ -49,7 +56,7 @@ def make_fit(arg: str, model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype
                              f"({model.dtype}, kv {kv}) on {gpu.name} at tp {tp} (use "
                              "--step-model calibrated, or fit:FILE)")
         cal = found
-    coef = fit_coefficients(samples(cal), curve=True)
+    coef = fit_shape(samples(cal))
     return FitStepModel(model, gpu, tp, coef, f"fit: {cal.describe()}",
                         kv_cache_dtype=kv_cache_dtype)
 
@@ -94,7 +101,8 @@ def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec, fp8: bool,
     if {c.gpu_name for c in pool} == {gpu.name}:
         return alone, own, ""
     coef = Coefficients({**alone.terms, "decode": scaled.terms["decode"]},
-                        {**alone.ratio, "decode": scaled.ratio["decode"]})
+                        {**alone.ratio, "decode": scaled.ratio["decode"]}, alone.curve,
+                        {**alone.offset, "decode": scaled.offset.get("decode", 0.0)})
     return coef, pool, (f"prefill and mixed steps from {gpu.name}'s own, decode steps from "
                         f"every GPU's, scaled to {gpu.name}'s")
 

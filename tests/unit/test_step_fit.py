@@ -100,6 +100,28 @@ def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:
             assert got == pytest.approx(want, rel=1e-4, abs=1e-9), kind
 
 
+def test_overlap_offset_is_recovered_and_fixes_the_size_bias(tmp_path: Path) -> None:
+    """Whole steps of 0.95 x their parts plus 0.2 ms: the per-shape fit (`offset`) gets both
+    back and prices every step within 0.1 %; the median ratio alone prices the smallest
+    steps low and the longest prefills high, as the shipped artefacts showed."""
+    points = [{**p, "graph_s": 0.95 / 0.97 * p["graph_s"] + 2e-4} for p in _points(0.0)]
+    data = samples(read_calibration(_artefact(tmp_path, points)))
+    shifted, flat = fit_coefficients(data, offset=True), fit_coefficients(data)
+    for kind in KINDS:
+        assert shifted.ratio[kind] == pytest.approx(0.95, rel=1e-6)
+        assert shifted.offset[kind] == pytest.approx(2e-4, rel=1e-4)
+        assert flat.offset.get(kind, 0.0) == 0.0
+    def error(coef, p) -> float:
+        prefills = [(p["prefill_new"], p["prefill_prefix"])] if p["prefill_new"] else []
+        parts = FitStepModel(MODEL, GPU, 1, coef, "fit").gpu_parts(
+            p["num_decode"], p["num_decode"] * p["decode_context"], prefills)
+        return sum(parts) / p["graph_s"] - 1
+
+    assert max(abs(error(shifted, p)) for p in points) < 1e-3
+    by_shape = {(p["prefill_new"], p["prefill_prefix"], p["num_decode"]): p for p in points}
+    assert error(flat, by_shape[(16, 0, 0)]) < -0.01 < 0.01 < error(flat, by_shape[(4096, 8192, 0)])
+
+
 def test_fit_predicts_held_out_points_under_noise(tmp_path: Path) -> None:
     """Fitted on every other point with 3 % noise: held-out totals within 3 % (median)."""
     points = _points(0.03)
@@ -248,9 +270,10 @@ def test_fit_curve_keeps_a_bump_seen_twice_and_ignores_one_seen_once(tmp_path: P
                        "other_s": parts[2], "graph_s": 0.97 * sum(parts)})
     data = samples(read_calibration(_artefact(tmp_path, points)))
     flat = fit_coefficients(data)
-    assert flat.curve.rows == ()
+    assert flat.curve == {}
     coef = fit_coefficients(data, curve=True)
-    curve = coef.curve
+    curve = coef.curve["prefill"]
+    assert coef.curve["mixed"] is curve and coef.curve["decode"].rows == ()
     assert 1.15 < curve(512) < 1.25
     assert curve(1000) == 1.0
     assert all(0.95 < r < 1.05 for row, r in zip(curve.rows, curve.ratio) if row != 512)
@@ -261,6 +284,29 @@ def test_fit_curve_keeps_a_bump_seen_twice_and_ignores_one_seen_once(tmp_path: P
         measured = coef.ratio["prefill"] * (want["linear_s"] + want["other_s"])
         assert got == pytest.approx(measured, rel=0.02)
         assert sum(plain.gpu_parts(0, 0, prefills)[1:]) < 0.9 * got
+
+
+def test_a_prefill_bump_stays_off_decodes_of_the_same_rows(tmp_path: Path) -> None:
+    """Prefills of 40 tokens (two shapes) whose linear part runs 20 % slow, and no decode
+    measured at 40 rows: the prefill and mixed curve bends there, the decode curve does not,
+    so a decode of 40 sequences is priced as its kind's terms say (one curve for every kind
+    put the prefill's bump on it)."""
+    from sim.cost.step_fit import FitStepModel
+
+    points = _points(0.0)
+    roof = RooflineStepModel(MODEL, GPU)
+    for b, c, n, p in ((0, 0, 40, 0), (0, 0, 40, 1024)):
+        point = {"num_decode": b, "decode_context": c, "prefill_new": n, "prefill_prefix": p}
+        kind, rows = features(roof, *point_batch(point))
+        parts = [float(np.dot(TRUE[kind][i], rows[i])) * (1.2 if i else 1.0) for i in range(3)]
+        points.append({**point, "kind": kind, "attention_s": parts[0], "linear_s": parts[1],
+                       "other_s": parts[2], "graph_s": 0.97 * sum(parts)})
+    coef = fit_coefficients(samples(read_calibration(_artefact(tmp_path, points))), curve=True)
+    assert coef.curve["prefill"](40) > 1.1 and coef.curve["decode"](40) == 1.0
+    kind, rows = features(roof, 40, 40 * 1024, [])
+    want = 0.97 * sum(float(np.dot(TRUE[kind][i], rows[i])) for i in range(3))
+    got = sum(FitStepModel(MODEL, GPU, 1, coef, "fit").gpu_parts(40, 40 * 1024, []))
+    assert got == pytest.approx(want, rel=0.02)
 
 
 def test_lone_row_counts_count_where_a_neighbour_agrees(tmp_path: Path) -> None:
@@ -277,7 +323,7 @@ def test_lone_row_counts_count_where_a_neighbour_agrees(tmp_path: Path) -> None:
         points.append({**point, "kind": kind, "attention_s": parts[0], "linear_s": parts[1],
                        "other_s": parts[2], "graph_s": 0.97 * sum(parts)})
     curve = fit_coefficients(samples(read_calibration(_artefact(tmp_path, points))),
-                             curve=True).curve
+                             curve=True).curve["prefill"]
     assert all(1.12 < curve(n) < 1.25 for n in (336, 352, 368))
     assert curve(1000) == 1.0
 
