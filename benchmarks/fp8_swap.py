@@ -18,10 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.attention_core import load_query
+from kernels.attention_core import load_query, read_table
 from kernels.fp8 import widen_e4m3
 from kernels.launch import for_device
-from kernels.reference import Variant, ref_decode_attention, rel_error_per_seq_head
 
 BLOCK_N = 64
 
@@ -49,10 +48,7 @@ def swapped_decode_kernel(out, q, k_cache, v_cache, tables, lens, scale_log2, v_
     for start in range(0, n, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         if ASM:
-            block_id = tl.inline_asm_elementwise(
-                "ld.global.nc.b32 $0, [$1];", "=r,l",
-                [table_row + tl.minimum(offs_n, n - 1) // BLOCK_SIZE], dtype=tl.int32,
-                is_pure=True, pack=1)
+            block_id = read_table(table_row + tl.minimum(offs_n, n - 1) // BLOCK_SIZE)
         else:
             block_id = tl.load(table_row + offs_n // BLOCK_SIZE)
         rows = (block_id.to(tl.int64) * stride_cb + (offs_n % BLOCK_SIZE) * stride_ct)[:, None]
@@ -92,36 +88,9 @@ SHAPES = ((64, 4096), (128, 2048), (256, 1024))
 VARIANTS = {"swap_w4s3": (4, 3), "swap_w4s2": (4, 2), "swap_w8s3": (8, 3)}
 
 
-def error(t8, lens: list[int], warps: int, stages: int) -> float:
-    """max error per (sequence, head) against float64 over the dequantised cache, on the
-    first 4 sequences of `lens`."""
-    lens = lens[:4]
-    q, tables = t8.queries(len(lens)), t8.tables(lens)
-    ref = ref_decode_attention(q, t8.k, t8.v, tables.tolist(), lens,
-                               variant=Variant(k_scale=t8.k_scale, v_scale=t8.v_scale))
-    ctx = torch.tensor(lens, dtype=torch.int32, device=q.device)
-    out = swapped_decode(q, t8.k, t8.v, tables, ctx, t8.k_scale, t8.v_scale,
-                         torch.empty_like(q), warps, stages)
-    return float(rel_error_per_seq_head(out, ref).max())
-
-
-def swap_ab(t16, t8, alternate) -> list[dict]:
-    """Shipped bf16 and fp8 decodes against the swapped fp8 kernel's VARIANTS, alternated;
-    `*_x` = bf16 time / that version's; err64 of each against float64."""
-    rows = []
-    for batch, ctx in SHAPES:
-        lens = [ctx] * batch
-        fns = {"bf16": t16.decode_call(lens), "fp8": t8.decode_call(lens)}
-        for name, (warps, stages) in VARIANTS.items():
-            fns[name] = t8.decode_call(lens, fn=_as_decode(warps, stages))
-        times = alternate(fns, 5)
-        errs = {name: error(t8, lens, *ws) for name, ws in VARIANTS.items()}
-        row = {"batch": batch, "ctx": ctx, **{f"{k}_us": v for k, v in times.items()},
-               **{f"{k}_x": times["bf16"] / v for k, v in times.items() if k != "bf16"},
-               **{f"{k}_err64": v for k, v in errs.items()}}
-        rows.append(row)
-        print(f"fp8_swap {row}", flush=True)
-    return rows
+def calls() -> dict[str, object]:
+    """VARIANTS behind paged_decode_attention's calling convention (kernel_ab.experiment_ab)."""
+    return {name: _as_decode(warps, stages) for name, (warps, stages) in VARIANTS.items()}
 
 
 def _as_decode(warps: int, stages: int):

@@ -27,10 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.attention_core import load_query
+from kernels.attention_core import load_query, read_table
 from kernels.fp8 import widen_e4m3
 from kernels.launch import for_device
-from kernels.reference import Variant, ref_decode_attention, rel_error_per_seq_head
 
 BLOCK_N = 64
 # V_MODE: 0 token-major V widened by PTX (the shipped kernel's way), 1 transposed V by
@@ -63,10 +62,7 @@ def vt_decode_kernel(out, q, k_cache, v_cache, tables, lens, scale_log2, v_scale
     for start in range(0, n, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         if ASM:
-            block_id = tl.inline_asm_elementwise(
-                "ld.global.nc.b32 $0, [$1];", "=r,l",
-                [table_row + tl.minimum(offs_n, n - 1) // BLOCK_SIZE], dtype=tl.int32,
-                is_pure=True, pack=1)
+            block_id = read_table(table_row + tl.minimum(offs_n, n - 1) // BLOCK_SIZE)
         else:
             block_id = tl.load(table_row + offs_n // BLOCK_SIZE)
         blk = block_id.to(tl.int64)
@@ -85,10 +81,8 @@ def vt_decode_kernel(out, q, k_cache, v_cache, tables, lens, scale_log2, v_scale
             # the table entry of each block of the tile, and its [head, block_size] slice
             offs_b = start // BLOCK_SIZE + tl.arange(0, BLOCK_N // BLOCK_SIZE)
             if ASM:
-                blk3 = tl.inline_asm_elementwise(
-                    "ld.global.nc.b32 $0, [$1];", "=r,l",
-                    [table_row + tl.minimum(offs_b, (n - 1) // BLOCK_SIZE)], dtype=tl.int32,
-                    is_pure=True, pack=1).to(tl.int64)
+                blk3 = read_table(table_row + tl.minimum(offs_b, (n - 1) // BLOCK_SIZE)
+                                  ).to(tl.int64)
             else:
                 blk3 = tl.load(table_row + offs_b).to(tl.int64)
             offs_s = tl.arange(0, BLOCK_SIZE)
@@ -141,54 +135,19 @@ SHAPES = ((64, 4096), (128, 2048), (256, 1024))
 VARIANTS = {"tokmajor_w2s3": ("tokmajor", 2, 3), "vt_cast_w2s3": ("vt_cast", 2, 3),
             "vt_asm_w2s3": ("vt_asm", 2, 3), "vt3_cast_w2s3": ("vt3_cast", 2, 3),
             "vt3_cast_w1s3": ("vt3_cast", 1, 3), "vt3_cast_w4s3": ("vt3_cast", 4, 3)}
-_VT: dict[int, torch.Tensor] = {}
 
 
-def _v_for(t8, mode: str) -> torch.Tensor:
-    if mode == "tokmajor":
-        return t8.v
-    if id(t8) not in _VT:
-        _VT[id(t8)] = transposed(t8.v)
-    return _VT[id(t8)]
+def calls(t8) -> dict[str, object]:
+    """VARIANTS over t8's caches behind paged_decode_attention's calling convention
+    (kernel_ab.experiment_ab); the transposed modes read one transposed copy of t8's V."""
+    v_t = transposed(t8.v)
+    return {name: _as_decode(t8.v if mode == "tokmajor" else v_t, mode, warps, stages)
+            for name, (mode, warps, stages) in VARIANTS.items()}
 
 
-def error(t8, lens: list[int], mode: str, warps: int, stages: int) -> float:
-    """max error per (sequence, head) against float64 over the dequantised cache, on the
-    first 4 sequences of `lens`."""
-    lens = lens[:4]
-    q, tables = t8.queries(len(lens)), t8.tables(lens)
-    ref = ref_decode_attention(q, t8.k, t8.v, tables.tolist(), lens,
-                               variant=Variant(k_scale=t8.k_scale, v_scale=t8.v_scale))
-    ctx = torch.tensor(lens, dtype=torch.int32, device=q.device)
-    out = vt_decode(q, t8.k, _v_for(t8, mode), tables, ctx, t8.k_scale, t8.v_scale,
-                    torch.empty_like(q), mode, warps, stages)
-    return float(rel_error_per_seq_head(out, ref).max())
-
-
-def vt_ab(t16, t8, alternate) -> list[dict]:
-    """Shipped bf16 and fp8 decodes against VARIANTS, alternated; `*_x` = bf16 time / that
-    version's; err64 of each against float64."""
-    rows = []
-    for batch, ctx in SHAPES:
-        lens = [ctx] * batch
-        fns = {"bf16": t16.decode_call(lens), "fp8": t8.decode_call(lens)}
-        for name, (mode, warps, stages) in VARIANTS.items():
-            fns[name] = t8.decode_call(lens, fn=_as_decode(t8, mode, warps, stages))
-        times = alternate(fns, 5)
-        errs = {name: error(t8, lens, *spec) for name, spec in VARIANTS.items()}
-        row = {"batch": batch, "ctx": ctx, **{f"{k}_us": v for k, v in times.items()},
-               **{f"{k}_x": times["bf16"] / v for k, v in times.items() if k != "bf16"},
-               **{f"{k}_err64": v for k, v in errs.items()}}
-        rows.append(row)
-        print(f"fp8_vt {row}", flush=True)
-    return rows
-
-
-def _as_decode(t8, mode: str, warps: int, stages: int):
-    """The kernel behind paged_decode_attention's calling convention (V swapped for t8's
-    transposed copy where the mode wants it)."""
-    v_cache = _v_for(t8, mode)
-
+def _as_decode(v_cache: torch.Tensor, mode: str, warps: int, stages: int):
+    """The kernel behind paged_decode_attention's calling convention, reading `v_cache` in
+    place of the V it is given."""
     def call(q, k, v, tables, lens, *, out, k_scale=1.0, v_scale=1.0, **_):
         return vt_decode(q, k, v_cache, tables, lens, k_scale, v_scale, out, mode, warps,
                          stages)

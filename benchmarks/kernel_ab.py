@@ -10,6 +10,7 @@ Loaded by bench_kernels.py from this folder (benchmarks/ is not a package).
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 import time
@@ -76,19 +77,36 @@ def alternate(fns: dict[str, object], rounds: int) -> dict[str, float]:
 
 def errors(t: AttentionTimer, lens: list[int], configs: dict[str, DecodeConfig | None]
            ) -> dict[str, float]:
-    """max error per (sequence, head) of each config against float64 over the dequantised
-    cache, on the first 4 sequences of `lens` (the reference is computed once)."""
+    """`call_errors` of the shipped decode under each config."""
+    return call_errors(t, lens, {name: functools.partial(paged_decode_attention, config=cfg)
+                                 for name, cfg in configs.items()})
+
+
+def call_errors(t: AttentionTimer, lens: list[int], calls: dict[str, object]
+                ) -> dict[str, float]:
+    """max error per (sequence, head) of each decode (`paged_decode_attention`'s calling
+    convention) against float64 over the dequantised cache, on the first 4 sequences of
+    `lens` (the reference is computed once)."""
     lens = lens[:4]
     q, tables = t.queries(len(lens)), t.tables(lens)
     ref = ref_decode_attention(q, t.k, t.v, tables.tolist(), lens,
                                variant=Variant(k_scale=t.k_scale, v_scale=t.v_scale))
+    ctx = torch.tensor(lens, dtype=torch.int32, device=q.device)
     res = {}
-    for name, cfg in configs.items():
+    for name, call in calls.items():
         out = torch.empty_like(q)
-        paged_decode_attention(q, t.k, t.v, tables, lens, out=out, k_scale=t.k_scale,
-                               v_scale=t.v_scale, config=cfg)
+        call(q, t.k, t.v, tables, ctx, out=out, k_scale=t.k_scale, v_scale=t.v_scale)
         res[name] = float(rel_error_per_seq_head(out, ref).max())
     return res
+
+
+def ab_row(batch: int, ctx: int, times: dict[str, float], errs: dict[str, float],
+           **extra: float) -> dict:
+    """One shape's row: each version's time, its speed-up over shipped bf16 (`*_x`), `extra`,
+    and each error (`*_err64`)."""
+    return {"batch": batch, "ctx": ctx, **{f"{k}_us": v for k, v in times.items()},
+            **{f"{k}_x": times["bf16"] / v for k, v in times.items() if k != "bf16"},
+            **extra, **{f"{k}_err64": v for k, v in errs.items()}}
 
 
 def fp8_ab(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
@@ -102,12 +120,24 @@ def fp8_ab(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
         fns.update({k: t8.decode_call(lens, config=c) for k, c in FP8_VARIANTS.items()})
         times = alternate(fns, 5)
         errs = errors(t8, lens, {"fp8": None, **FP8_VARIANTS})
-        row = {"batch": batch, "ctx": ctx, **{f"{k}_us": v for k, v in times.items()},
-               **{f"{k}_x": times["bf16"] / v for k, v in times.items() if k != "bf16"},
-               "fp8_tbps": t8.kv_bytes(lens) / times["fp8"] / 1e6,
-               **{f"{k}_err64": v for k, v in errs.items()}}
+        row = ab_row(batch, ctx, times, errs, fp8_tbps=t8.kv_bytes(lens) / times["fp8"] / 1e6)
         rows.append(row)
         print(f"fp8_ab {row}", flush=True)
+    return rows
+
+
+def experiment_ab(tag: str, shapes: tuple[tuple[int, int], ...], t16: AttentionTimer,
+                  t8: AttentionTimer, calls: dict[str, object]) -> list[dict]:
+    """Shipped bf16 and fp8 decodes against an experiment's fp8 decodes (`calls`, in
+    `paged_decode_attention`'s calling convention), alternated, per uniform shape."""
+    rows = []
+    for batch, ctx in shapes:
+        lens = [ctx] * batch
+        fns = {"bf16": t16.decode_call(lens), "fp8": t8.decode_call(lens),
+               **{name: t8.decode_call(lens, fn=call) for name, call in calls.items()}}
+        row = ab_row(batch, ctx, alternate(fns, 5), call_errors(t8, lens, calls))
+        rows.append(row)
+        print(f"{tag} {row}", flush=True)
     return rows
 
 

@@ -66,6 +66,15 @@ def softcap_log2(s, cap_in, cap_out):
 
 
 @triton.jit
+def read_table(ptrs):
+    """Block-table entries at `ptrs` read through PTX (`ld.global.nc`, compiled kernels
+    only), a load Triton's pipeliner does not see (`_kv_rows`); the caller keeps `ptrs`
+    inside the table."""
+    return tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l", [ptrs],
+                                     dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _kv_rows(table_row, offs_n, stride_cb, stride_ct, BLOCK_SIZE: tl.constexpr,
              MASK_KEYS: tl.constexpr, hi, TABLE_ASM: tl.constexpr = False):
     """Cache row offsets `[BLOCK_N, 1]` of tokens `offs_n` through the block table.
@@ -82,9 +91,7 @@ def _kv_rows(table_row, offs_n, stride_cb, stride_ct, BLOCK_SIZE: tl.constexpr,
         block_id = tl.load(table_row + offs_n // BLOCK_SIZE, mask=offs_n < hi, other=0)
     elif TABLE_ASM:
         inside = tl.maximum(tl.minimum(offs_n, hi - 1), 0)
-        block_id = tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l",
-                                             [table_row + inside // BLOCK_SIZE],
-                                             dtype=tl.int32, is_pure=True, pack=1)
+        block_id = read_table(table_row + inside // BLOCK_SIZE)
     else:
         block_id = tl.load(table_row + offs_n // BLOCK_SIZE)
     return (block_id.to(tl.int64) * stride_cb + (offs_n % BLOCK_SIZE) * stride_ct)[:, None]

@@ -3,13 +3,14 @@
 `fit_coefficients` fits the terms of sim/cost/fit_terms.py on the points of one or more
 calibration artefacts (executed steps, sim/cost/calibration.py): per step kind (decode,
 prefill, mixed) and part, the efficiencies, the floor per launch and the cost per sequence;
-then per kind the median ratio of the whole step's graph time to its parts' sum (their
-overlap). A kind with fewer than MIN_POINTS points borrows the coefficients fitted on all.
-With `curve` (the per-shape 'fit'), the linear and other parts are then multiplied by a
-measured correction over the rows they run, one per kind (`LinearCurve`): what GEMM libraries do at
-particular row counts (cuBLAS's tile waves, fast at 512 rows and slow just above; torch's
-grouped GEMM switching tiles at 128 rows per expert, Mixtral's bump at 480-512 tokens)
-follows no byte or FLOP count, only the artefact's own points. 'calibrated' has no curve.
+then per kind the whole step's graph time from its parts' sum (their overlap: the median
+ratio, or for the per-shape 'fit' a ratio and an offset, `overlap`). A kind with fewer than
+MIN_POINTS points borrows the coefficients fitted on all. With `curve` (the per-shape 'fit'),
+the linear and other parts are then multiplied by a measured correction over the rows they
+run, decode steps' own and one shared by prefill and mixed steps (`linear_curves`): what
+GEMM libraries do at particular row counts (cuBLAS's tile waves, fast at 512 rows and slow
+just above; torch's grouped GEMM switching tiles at 128 rows per expert, Mixtral's bump at
+480-512 tokens) follows no byte or FLOP count, only the artefact's own points. 'calibrated' has no curve.
 A point's features are the roofline's at the artefact's KV cache dtype (fp8: a byte a value).
 'fit' uses the artefact measured for this model shape, GPU and KV cache dtype; 'calibrated'
 fits all shipped artefacts together and applies their efficiencies and floors to any model and
@@ -204,9 +205,11 @@ def fit_coefficients(data: Sequence[Sample], *, curve: bool = False,
     for kind in KINDS:
         group = [s for s in data if s.kind == kind]
         terms[kind] = _fit_parts(group) if len(group) >= MIN_POINTS else pooled
-        both = overlap(group if len(group) >= MIN_POINTS else data)
-        ratio[kind], shift[kind] = both if offset else (
-            statistics.median(s.graph_s / sum(s.parts) for s in (group or data)), 0.0)
+        if offset:
+            ratio[kind], shift[kind] = overlap(group if len(group) >= MIN_POINTS else data)
+        else:
+            ratio[kind] = statistics.median(s.graph_s / sum(s.parts) for s in (group or data))
+            shift[kind] = 0.0
     return Coefficients(terms, ratio, linear_curves(data, terms) if curve else {}, shift)
 
 

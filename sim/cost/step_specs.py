@@ -101,8 +101,8 @@ def calibrated_coefficients(cals: list[Calibration], gpu: GpuSpec, fp8: bool,
     if {c.gpu_name for c in pool} == {gpu.name}:
         return alone, own, ""
     coef = Coefficients({**alone.terms, "decode": scaled.terms["decode"]},
-                        {**alone.ratio, "decode": scaled.ratio["decode"]}, alone.curve,
-                        {**alone.offset, "decode": scaled.offset.get("decode", 0.0)})
+                        {**alone.ratio, "decode": scaled.ratio["decode"]},
+                        offset={**alone.offset, "decode": scaled.offset.get("decode", 0.0)})
     return coef, pool, (f"prefill and mixed steps from {gpu.name}'s own, decode steps from "
                         f"every GPU's, scaled to {gpu.name}'s")
 

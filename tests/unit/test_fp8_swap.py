@@ -6,9 +6,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from kernels.fp8 import quantize
-from kernels.reference import Variant, ref_decode_attention, rel_error_per_seq_head
-from tests.benchkit import load_benchmark
+from kernels.reference import rel_error_per_seq_head
+from tests.benchkit import fp8_decode_case, load_benchmark
 
 
 @pytest.mark.parametrize("group", [1, 4])
@@ -16,18 +15,10 @@ def test_swapped_fp8_decode_matches_the_reference(group: int) -> None:
     """Two sequences of 64 and 128 keys over a permuted fp8 cache: within bf16 output
     rounding of float64 over the dequantised values; a wrong scale is caught."""
     swap = load_benchmark("fp8_swap")
-    gen = torch.Generator().manual_seed(group)
-    kv_heads, head, block = 2, 16, 8
-    k = quantize(torch.randn(40, block, kv_heads, head, generator=gen), 0.05)
-    v = quantize(torch.randn(40, block, kv_heads, head, generator=gen), 0.05)
-    q = torch.randn(2, kv_heads * group, head, generator=gen).to(torch.bfloat16)
-    perm = (torch.randperm(39, generator=gen) + 1).to(torch.int32)
-    tables = torch.stack([perm[:16], perm[16:32]])
-    lens = [64, 128]
-    ref = ref_decode_attention(q, k, v, tables.tolist(), lens,
-                               variant=Variant(k_scale=0.05, v_scale=0.05))
-    ctx = torch.tensor(lens, dtype=torch.int32)
-    out = swap.swapped_decode(q, k, v, tables, ctx, 0.05, 0.05, torch.empty_like(q))
-    assert float(rel_error_per_seq_head(out, ref).max()) < 8e-3
-    bad = swap.swapped_decode(q, k, v, tables, ctx, 0.07, 0.05, torch.empty_like(q))
-    assert float(rel_error_per_seq_head(bad, ref).max()) > 2e-2
+    c = fp8_decode_case(group)
+    out = swap.swapped_decode(c["q"], c["k"], c["v"], c["tables"], c["ctx"], 0.05, 0.05,
+                              torch.empty_like(c["q"]))
+    assert float(rel_error_per_seq_head(out, c["ref"]).max()) < 8e-3
+    bad = swap.swapped_decode(c["q"], c["k"], c["v"], c["tables"], c["ctx"], 0.07, 0.05,
+                              torch.empty_like(c["q"]))
+    assert float(rel_error_per_seq_head(bad, c["ref"]).max()) > 2e-2
