@@ -91,6 +91,14 @@ def read_classes(path: Path) -> dict[int, str | None]:
             for line, obj in iter_objects(path) if obj["kind"] == "step"}
 
 
+def step_classes(run: Path, rows: list[dict[str, Any]]) -> dict[int, str | None]:
+    """Shape class of each executed step: the one kernels.execute wrote beside it, else the
+    scenario's allocation log's (so a kept run needs no log)."""
+    if all("class" in obj for obj in rows):
+        return {int(obj["step"]): obj["class"] for obj in rows}
+    return read_classes(run / "allocation_log.jsonl.gz")
+
+
 def _executed_steps(path: Path) -> list[dict[str, Any]]:
     """The step lines of an executed-steps file (kernels/execute/output.py)."""
     return [obj for obj in map(json.loads, path.read_text().splitlines())
@@ -147,8 +155,8 @@ def check(run: Path) -> dict[str, Any]:
     the executed steps' own errors."""
     steps = pd.read_parquet(run / "steps.parquet")
     swap_of = dict(zip(steps["step"].astype(int), steps["swap_s"].astype(float)))
-    classes = read_classes(run / "allocation_log.jsonl.gz")
     rows = _executed_steps(run / "executed_steps.jsonl")
+    classes = step_classes(run, rows)
     measured = _measured(rows)
     # The GPU the scenario was prepared for (its config.json), so that a run prepared with
     # --gpu is re-simulated on the same preset.

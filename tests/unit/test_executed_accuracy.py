@@ -10,7 +10,9 @@ import pytest
 
 from tests.benchkit import BENCHMARKS, load_benchmark
 
-FILES = sorted((BENCHMARKS / "data" / "executed").glob("*/*.jsonl"))
+DATA = BENCHMARKS / "data" / "executed"
+FILES = sorted(DATA.rglob("*.jsonl"))
+E2E = sorted(DATA.glob("*/e2e/*/executed_steps.jsonl"))
 
 
 def _median_p90(errors: list[float]) -> tuple[float, float]:
@@ -19,14 +21,14 @@ def _median_p90(errors: list[float]) -> tuple[float, float]:
 
 
 def test_files_are_kept() -> None:
-    assert len(FILES) >= 12
+    assert len(FILES) >= 12 and len(E2E) >= 3
     for path in FILES:
         header = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
         assert header["format"] == "pagedsim-executed-steps", path.name
         assert not Path(header["log"]).is_absolute(), path.name
 
 
-@pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.stem}" for p in FILES])
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(DATA)) for p in FILES])
 def test_default_model_within_issue_bounds(path: Path) -> None:
     """Issue 17's per-step bound (median <= 5 %, p90 <= 12 % of the whole step) for the shipped
     fit, and the uncalibrated roofline far outside it (the steps tell models apart)."""
@@ -39,3 +41,14 @@ def test_default_model_within_issue_bounds(path: Path) -> None:
     assert fit[0] <= 0.05 and fit[1] <= 0.12, (path.name, fit)
     assert roof[0] > 0.15, (path.name, roof)
 
+
+
+@pytest.mark.parametrize("path", E2E, ids=[str(p.parent.relative_to(DATA)) for p in E2E])
+def test_end_to_end_means_within_five_percent(path: Path) -> None:
+    """Issue 17's end-to-end bound: TTFT, TPOT and E2E means simulated with the default model
+    within 5 % of the same scenario re-simulated with the kept measured step times."""
+    check = load_benchmark("e2e_check").check(path.parent)
+    assert check["num_executed"] >= 20 and check["unmeasured_class_steps"] <= 2
+    for metric in ("ttft", "tpot", "e2e"):
+        error = check["metrics"][metric]["error"]
+        assert abs(error) <= 0.05, (metric, error)
