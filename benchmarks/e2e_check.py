@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from e2e_measured import MeasuredStep, class_ratios
+from step_errors import median_p90
 
 import traces
 from kernels.execute.run import step_key
@@ -171,11 +171,10 @@ def check(run: Path) -> dict[str, Any]:
     metrics = {k: {"simulated": simulated[k], "executed": executed[k],
                    "error": simulated[k] / executed[k] - 1 if executed[k] else 0.0}
                for k in METRICS}
-    errors = sorted(abs(predicted[s] / measured[s] - 1) for s in measured)
+    median, p90 = median_p90([abs(predicted[s] / measured[s] - 1) for s in measured])
     return {"metrics": metrics, "num_steps": len(steps), "num_executed": len(measured),
             "num_classes": len(ratios), "unmeasured_class_steps": measured_model.misses,
-            "step_error_median": statistics.median(errors),
-            "step_error_p90": errors[min(len(errors) - 1, int(0.9 * len(errors)))]}
+            "step_error_median": median, "step_error_p90": p90}
 
 
 def report(results: dict[str, dict[str, Any]]) -> list[str]:

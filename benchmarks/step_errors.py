@@ -72,12 +72,17 @@ def rows_for(cal: Calibration, models: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def median_p90(errs: list[float]) -> tuple[float, float]:
+    """Median and p90 (the value below which 90 % of the sorted errors lie) of `errs`."""
+    errs = sorted(errs)
+    return statistics.median(errs), errs[min(len(errs) - 1, int(0.9 * len(errs)))]
+
+
 def _stats(errs: list[float]) -> str:
     if not errs:
         return f"{'-':>15}"
-    errs = sorted(errs)
-    p90 = errs[min(len(errs) - 1, int(0.9 * len(errs)))]
-    return f"{statistics.median(errs):6.1%} /{p90:6.1%}"
+    median, p90 = median_p90(errs)
+    return f"{median:6.1%} /{p90:6.1%}"
 
 
 def report(name: str, rows: list[dict[str, Any]], models: list[str]) -> list[str]:

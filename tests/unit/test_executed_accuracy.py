@@ -3,7 +3,6 @@ steps measured on a GPU through our own forward, none of them in any calibration
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,8 @@ MISSES = {
     ("h200/e2e/prefill-heavy", "e2e"): 0.078,  # -6.3 %
     ("h200/e2e/moe-chunked", "ttft"): 0.102,  # -8.7 %
 }
-
-
-def _median_p90(errors: list[float]) -> tuple[float, float]:
-    errors = sorted(errors)
-    return statistics.median(errors), errors[min(len(errors) - 1, int(0.9 * len(errors)))]
+step_errors = load_benchmark("step_errors")
+e2e_check = load_benchmark("e2e_check")
 
 
 def test_files_are_kept() -> None:
@@ -41,12 +37,11 @@ def test_files_are_kept() -> None:
 def test_default_model_within_issue_bounds(path: Path) -> None:
     """Issue 17's per-step bound (median <= 5 %, p90 <= 12 % of the whole step) for the shipped
     fit, and the uncalibrated roofline far outside it (the steps tell models apart)."""
-    step_errors = load_benchmark("step_errors")
     title, rows = step_errors.executed_rows(str(path))
     assert "no shipped calibration" not in title
     assert len(rows) >= 20
-    fit = _median_p90([abs(r["fit"]["total"] / r["total"] - 1) for r in rows])
-    roof = _median_p90([abs(r["roofline"]["total"] / r["total"] - 1) for r in rows])
+    fit = step_errors.median_p90([abs(r["fit"]["total"] / r["total"] - 1) for r in rows])
+    roof = step_errors.median_p90([abs(r["roofline"]["total"] / r["total"] - 1) for r in rows])
     name = str(path.relative_to(DATA).with_suffix(""))
     assert fit[0] <= MISSES.get((name, "median"), 0.05), (name, fit)
     assert fit[1] <= MISSES.get((name, "p90"), 0.12), (name, fit)
@@ -57,7 +52,7 @@ def test_default_model_within_issue_bounds(path: Path) -> None:
 def test_end_to_end_means_within_five_percent(path: Path) -> None:
     """Issue 17's end-to-end bound: TTFT, TPOT and E2E means simulated with the default model
     within 5 % of the same scenario re-simulated with the kept measured step times."""
-    check = load_benchmark("e2e_check").check(path.parent)
+    check = e2e_check.check(path.parent)
     assert check["num_executed"] >= 20
     assert check["unmeasured_class_steps"] <= 0.02 * check["num_steps"]  # priced by the median
     name = str(path.parent.relative_to(DATA))
