@@ -6,8 +6,8 @@
 
 Each grid point is a synthetic step executed exactly as a logged step is (kernels/execute/
 step.py: whole decoder forward, CUDA graph and eager times, per-part graphs): decode-only
-(B sequences with c tokens cached), prefill (one chunk of n new tokens after p cached) and mixed
-(B decodes plus one chunk). Block tables are random permutations of one pool sized for the
+(B sequences with c tokens cached), prefill (k chunks of n new tokens, each after p cached;
+k is 1 unless a point says more) and mixed (B decodes plus the chunks). Block tables are random permutations of one pool sized for the
 largest point. The model comes from a sim preset (`--model`, dense presets) or an HF
 `config.json` (`--model-json`, MoE too). The artefact (format "pagedsim-step-calibration",
 described in kernels/execute/README.md and inside the file itself) holds the model, GPU,
@@ -40,8 +40,15 @@ from sim.cost.models import get_model
 from sim.results.alloc_log import architecture
 
 FORMAT, FORMAT_VERSION = "pagedsim-step-calibration", 1
-# (decodes, decode context, prefill new tokens, cached prefix): one point each.
-Point = tuple[int, int, int, int]
+# (decodes, decode context, prefill new tokens, cached prefix[, chunks]): one point each; the
+# optional fifth field is how many sequences run such a chunk (1 where absent), as a
+# max_num_batched_tokens of 4,096 or more schedules two or more prompts in one step.
+Point = tuple[int, ...]
+
+
+def chunks_of(point: Point) -> int:
+    """Prefill chunks of a point: its fifth field, else 1 if it has new tokens."""
+    return point[4] if len(point) > 4 else int(point[2] > 0)
 
 
 def _grid(batches: list[int], contexts: list[int], chunks: list[int], prefixes: list[int],
@@ -90,14 +97,32 @@ GRIDS: dict[str, list[Point]] = {
     # 166-186 at 432-464), which only the linear curve at that row count can follow.
     "capture": [pt for s in (*range(136, 256, 8), *range(256, 513, 16))
                 for pt in ((0, 0, s, 0), (8, 1024, s - 8, 0))],
+    # Steps longer than the other grids reach, as a max_num_batched_tokens of 8,192 or more
+    # schedules them: two to four prompts of 1-4 K tokens beside decodes, single chunks of
+    # 6-8 K over short and long prefixes, and a few decodes over 8-16 K tokens each (the
+    # conversations of a long-context trace). The H200's prefill-heavy steps of two 2,048-token
+    # prompts, priced by the mixed kind's fit from points of at most 2,176 tokens, ran 12-14 %
+    # slower than predicted (benchmarks/RESULTS.md, "Long steps").
+    "long": [(0, 0, 6144, 0), (0, 0, 8192, 0), (0, 0, 6144, 8192), (0, 0, 8192, 512),
+             (0, 0, 2048, 0, 2), (0, 0, 2048, 512, 4), (1, 2048, 2048, 0, 2),
+             (4, 4096, 2048, 0, 2), (16, 2048, 2048, 0, 2), (2, 8192, 1024, 0, 4),
+             (4, 8192, 4096, 512, 2), (2, 8192, 2048, 512, 3), (4, 4096, 4096, 0),
+             (4, 8192, 8192, 512), (2, 16384, 6144, 1024), (8, 4096, 3072, 0, 2),
+             *[(b, c, 0, 0) for b in (2, 4, 6) for c in (8192, 16384)]],
+    # Small decode batches a second time at each row count 2-16, so that the linear curve's
+    # value there rests on two points (one point alone is not trusted): Mixtral-8x7B's
+    # decodes of two sequences ran 14 % slower than the fit, which had one such point.
+    "small_decode": [(b, c, 0, 0) for b in (2, 3, 6, 12) for c in (512, 2048)],
     "smoke": _grid([1, 8, 64, 256], [512, 4096], [512, 2048], [0, 4096], [(16, 1024, 512)],
                    1 << 19),
-    "tiny": _grid([1, 3], [5], [6], [0, 7], [(2, 9, 5)], 1 << 10),
+    "tiny": [*_grid([1, 3], [5], [6], [0, 7], [(2, 9, 5)], 1 << 10), (1, 5, 3, 2, 2)],
 }
 POINT_FIELDS = {
     "kind": "decode, prefill or mixed",
     "num_decode / decode_context": "decoding sequences and the tokens each has cached",
-    "prefill_new / prefill_prefix": "the chunk's new tokens and the tokens cached before it",
+    "prefill_new / prefill_prefix": "a chunk's new tokens and the tokens cached before it",
+    "num_prefill": "sequences running such a chunk (absent in older artefacts: 1 if "
+                   "prefill_new else 0)",
     **{k: v for k, v in STEP_FIELDS.items() if k not in ("class", "logged_attention_s")},
 }
 
@@ -118,15 +143,15 @@ def _blocks(tokens: int, block_size: int) -> int:
 
 def pool_blocks(points: list[Point], block_size: int) -> int:
     """Blocks for the largest point, plus the null block 0."""
-    return 1 + max(b * _blocks(c + 1, block_size) + _blocks(p + n, block_size)
-                   for b, c, n, p in points)
+    return 1 + max(p[0] * _blocks(p[1] + 1, block_size)
+                   + chunks_of(p) * _blocks(p[3] + p[2], block_size) for p in points)
 
 
 def synthetic_record(index: int, point: Point, num_blocks: int, block_size: int, vocab: int,
                      rng: random.Random) -> StepRecord:
     """The point as a step record: tables from a random permutation of blocks 1..N-1."""
-    decodes, ctx, new, prefix = point
-    spans = [(ctx, ctx + 1)] * decodes + ([(prefix, prefix + new)] if new else [])
+    decodes, ctx, new, prefix = point[:4]
+    spans = [(ctx, ctx + 1)] * decodes + [(prefix, prefix + new)] * chunks_of(point)
     ids = rng.sample(range(1, num_blocks), sum(_blocks(e, block_size) for _, e in spans))
     seqs = []
     for i, (start, end) in enumerate(spans):
@@ -170,7 +195,8 @@ def run_grid(arch: Architecture, points: list[Point], device: torch.device, bloc
             continue
         failures = 0
         rows.append({"kind": _kind(point), "num_decode": point[0], "decode_context": point[1],
-                     "prefill_new": point[2], "prefill_prefix": point[3], **row})
+                     "prefill_new": point[2], "prefill_prefix": point[3],
+                     "num_prefill": chunks_of(point), **row})
         print(format_row(rows[-1]), flush=True)
 
 
@@ -181,7 +207,8 @@ def format_row(row: dict[str, Any]) -> str:
 
     shape = (f"{row['num_decode']}x{row['decode_context']}" if row["num_decode"] else "")
     if row["prefill_new"]:
-        shape += ("+" if shape else "") + f"{row['prefill_new']}@{row['prefill_prefix']}"
+        times = f"{row['num_prefill']}x" if row["num_prefill"] > 1 else ""
+        shape += ("+" if shape else "") + f"{times}{row['prefill_new']}@{row['prefill_prefix']}"
     ratio = (f"{row['eager_s'] / row['graph_s']:6.2f}" if row.get("graph_s") else "     -")
     return (f"{row['kind']:<8} {shape:<16} {row['batch']['num_tokens']:>6} "
             f"{row['batch']['mode']:<9} {ms('graph_s')} {ms('eager_s')} {ratio} "

@@ -40,6 +40,8 @@ from sim.cost.step_specs import calibrated_coefficients, make_auto, make_calibra
 def held_out(point: dict[str, Any]) -> bool:
     """One shape in three, by a hash of the shape (stable across runs and artefacts)."""
     key = "{num_decode}x{decode_context}+{prefill_new}@{prefill_prefix}".format(**point)
+    if point.get("num_prefill", 1) > 1:
+        key += f"*{point['num_prefill']}"
     return int(hashlib.sha256(key.encode()).hexdigest(), 16) % 3 == 0
 
 
@@ -64,7 +66,7 @@ def rows_for(cal: Calibration, models: dict[str, Any]) -> list[dict[str, Any]]:
         row = {"kind": p["kind"], "held": held_out(p), "attention": p["attention_s"],
                "linear": p["linear_s"] + p["other_s"], "total": p["graph_s"],
                "shape": [p["num_decode"], p["decode_context"], p["prefill_new"],
-                         p["prefill_prefix"]]}
+                         p["prefill_prefix"], p.get("num_prefill", int(p["prefill_new"] > 0))]}
         for name, step in models.items():
             att, lin = _predict(step, p)
             row[name] = {"attention": att, "linear": lin, "total": att + lin}

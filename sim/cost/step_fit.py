@@ -2,7 +2,8 @@
 
 `fit_coefficients` fits the terms of sim/cost/fit_terms.py on the points of one or more
 calibration artefacts (executed steps, sim/cost/calibration.py): per step kind (decode,
-prefill, mixed) and part, the efficiencies, the floor per launch and the cost per sequence;
+prefill, mixed) and part, the efficiencies, the floor per launch and the cost per sequence
+(the linear part of prefill and mixed steps on their points together, CHUNK_KINDS);
 then per kind the whole step's graph time from its parts' sum (their overlap: the median
 ratio, or for the per-shape 'fit' a ratio and an offset, `overlap`). A kind with fewer than
 MIN_POINTS points borrows the coefficients fitted on all. With `curve` (the per-shape 'fit'),
@@ -42,6 +43,12 @@ from sim.cost.step_base import (
 from sim.cost.step_roofline import RooflineStepModel
 
 MIN_POINTS = 6
+# Step kinds whose linear part is fitted on their points together. Their GEMMs run the same
+# rows (the step's tokens) whether or not decodes are among them, and mixed points alone span
+# few row counts: fitted apart, the mixed kind's linear terms, from points of at most 2,176
+# tokens, priced the H200's steps of two 2,048-token prompts beside decodes 12-14 % fast,
+# where a prefill of 4,096 tokens was priced within 4 % (benchmarks/RESULTS.md, "Long steps").
+CHUNK_KINDS = ("prefill", "mixed")
 # The linear curve's value at a row count: the median measured / fitted ratio of its fitted
 # shapes where at least CURVE_MIN_POINTS ran it; where one shape did (one measurement, within
 # run-to-run noise of the fit, ~5 % on the H200), the median of its ratio and those of the
@@ -101,10 +108,12 @@ class Sample:
 
 
 def point_batch(point: dict[str, object]) -> tuple[int, int, list[tuple[int, int]]]:
-    """(decodes, sum of decode contexts, prefill chunks) of an artefact point."""
+    """(decodes, sum of decode contexts, prefill chunks) of an artefact point: `num_prefill`
+    chunks of `prefill_new` tokens over `prefill_prefix` (one where the field is absent)."""
     decodes, ctx = int(point["num_decode"]), int(point["decode_context"])  # type: ignore[call-overload]
     new, prefix = int(point["prefill_new"]), int(point["prefill_prefix"])  # type: ignore[call-overload]
-    return decodes, decodes * ctx, [(new, prefix)] if new else []
+    chunks = int(point.get("num_prefill", 1)) if new else 0  # type: ignore[call-overload]
+    return decodes, decodes * ctx, [(new, prefix)] * chunks
 
 
 def samples(cal: Calibration, points: Iterable[dict[str, object]] | None = None) -> list[Sample]:
@@ -124,10 +133,13 @@ def samples(cal: Calibration, points: Iterable[dict[str, object]] | None = None)
     return out
 
 
+def _fit_part(group: Sequence[Sample], part: int) -> np.ndarray:
+    return fit_nonnegative(np.array([s.rows[part] for s in group]),
+                           np.array([s.parts[part] for s in group]))
+
+
 def _fit_parts(group: Sequence[Sample]) -> np.ndarray:
-    return np.array([fit_nonnegative(np.array([s.rows[i] for s in group]),
-                                     np.array([s.parts[i] for s in group]))
-                     for i in range(len(PARTS))])
+    return np.array([_fit_part(group, i) for i in range(len(PARTS))])
 
 
 def _dot(coef: Sequence[float], values: Sequence[float]) -> float:
@@ -201,10 +213,14 @@ def fit_coefficients(data: Sequence[Sample], *, curve: bool = False,
         raise ValueError(f"a fit needs at least {MIN_POINTS} points with attention_s, "
                          f"linear_s and other_s measured; got {len(data)}")
     pooled = _fit_parts(data)
+    chunked = [s for s in data if s.kind in CHUNK_KINDS]
+    chunk_linear = _fit_part(chunked, 1) if len(chunked) >= MIN_POINTS else pooled[1]
     terms, ratio, shift = {}, {}, {}
     for kind in KINDS:
         group = [s for s in data if s.kind == kind]
-        terms[kind] = _fit_parts(group) if len(group) >= MIN_POINTS else pooled
+        terms[kind] = _fit_parts(group) if len(group) >= MIN_POINTS else pooled.copy()
+        if kind in CHUNK_KINDS:
+            terms[kind][1] = chunk_linear
         if offset:
             ratio[kind], shift[kind] = overlap(group if len(group) >= MIN_POINTS else data)
         else:

@@ -36,6 +36,17 @@ def test_synthetic_record_is_a_valid_step(cal: ModuleType) -> None:
     assert cal.pool_blocks([(2, 9, 5, 7)], 4) == 1 + 2 * 3 + 3
 
 
+def test_a_point_with_several_chunks(cal: ModuleType) -> None:
+    """The fifth field: that many sequences each run the chunk over its own prefix blocks."""
+    rec = cal.synthetic_record(0, (1, 9, 5, 7, 3), 40, 4, 100, random.Random(0))
+    assert [(s.start, s.end) for s in rec.seqs] == [(9, 10)] + [(7, 12)] * 3
+    blocks = [b for s in rec.seqs for b in s.block_table]
+    assert len(set(blocks)) == len(blocks) == 3 + 3 * 3
+    assert cal.pool_blocks([(1, 9, 5, 7, 3), (2, 9, 5, 7)], 4) == 1 + 3 + 3 * 3
+    assert [cal.chunks_of(p) for p in [(1, 9, 5, 7, 3), (2, 9, 5, 7), (2, 9, 0, 0)]] == \
+        [3, 1, 0]
+
+
 def test_preset_architecture(cal: ModuleType) -> None:
     a = cal.preset_architecture("Llama-3-8B")
     assert (a.num_layers, a.hidden_size, a.num_kv_heads, a.intermediate_size, a.dtype) == \
@@ -61,12 +72,14 @@ def test_artefact_format(cal: ModuleType, tmp_path: Path) -> None:
     assert "prefill_new / prefill_prefix" in art["point_fields"]
     grid = cal.GRIDS["tiny"]
     assert len(art["points"]) == len(grid)
+    assert any(len(point) == 5 for point in grid)
     for point, row in zip(grid, art["points"]):
-        b, _, n, p = point
+        b, _, n, p = point[:4]
+        k = cal.chunks_of(point)
         assert (row["num_decode"], row["decode_context"], row["prefill_new"],
-                row["prefill_prefix"]) == point
-        assert row["batch"]["num_tokens"] == b + n
-        assert row["batch"]["prefill"] == ([[n, p]] if n else [])
+                row["prefill_prefix"], row["num_prefill"]) == (*point[:4], k)
+        assert row["batch"]["num_tokens"] == b + k * n
+        assert row["batch"]["prefill"] == [[n, p]] * k
         assert row["kind"] == ("mixed" if b and n else "decode" if b else "prefill")
         assert row["eager_s"] > 0 and row["moe"]["experts_active_mean"] >= 1
     assert {p.name for p in tmp_path.iterdir()} == {"config.json", "cal.json"}

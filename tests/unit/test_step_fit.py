@@ -37,7 +37,8 @@ GRID = ([(b, c, 0, 0) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) for c in (128,
         + [(b, c, n, 0) for b in (4, 16, 64) for c in (1024, 4096) for n in (64, 512, 2048)])
 # Known terms per kind: (floor per launch s, 1 / memory efficiency, 1 / compute efficiency,
 # s per sequence, s per key tile on the critical path, roofline weight, 1 / efficiency of the
-# routed experts' weight reads) for attention, linear, other.
+# routed experts' weight reads) for attention, linear, other. Prefill and mixed steps share
+# their linear terms (sim/cost/step_fit.py, CHUNK_KINDS).
 TRUE = {"decode": [[6e-6, 1 / 0.8, 0.0, 2e-6, 0.0, 0.0, 0.0],
                    [3e-6, 1 / 0.87, 1 / 0.6, 0.0, 0.0, 0.0, 1 / 0.45],
                    [2e-6, 1 / 0.5, 0.0, 1e-7, 0.0, 0.0, 0.0]],
@@ -45,7 +46,7 @@ TRUE = {"decode": [[6e-6, 1 / 0.8, 0.0, 2e-6, 0.0, 0.0, 0.0],
                     [3e-6, 0.2, 0.3, 0.0, 0.0, 1 / 0.8, 1 / 0.5],
                     [2e-6, 1 / 0.6, 0.0, 0.0, 0.0, 0.0, 0.0]],
         "mixed": [[9e-6, 1 / 0.75, 1 / 0.5, 1e-6, 1e-6, 0.0, 0.0],
-                  [3e-6, 1 / 0.85, 1 / 0.65, 0.0, 0.0, 0.0, 1 / 0.55],
+                  [3e-6, 0.2, 0.3, 0.0, 0.0, 1 / 0.8, 1 / 0.5],
                   [2e-6, 1 / 0.55, 0.0, 0.0, 0.0, 0.0, 0.0]]}
 
 
@@ -76,6 +77,32 @@ def _artefact(tmp_path: Path, points: list[dict[str, Any]], name: str = "Llama-3
                                 "model": model, "tp": 1, "device": {"name": "NVIDIA H200"},
                                 "date": "2026-12-01T00:00:00Z", "points": points}))
     return path
+
+
+def test_point_batch_reads_several_chunks() -> None:
+    """`num_prefill` copies of the chunk; an older point without the field has one."""
+    point = {"num_decode": 2, "decode_context": 10, "prefill_new": 5, "prefill_prefix": 3}
+    assert point_batch(point) == (2, 20, [(5, 3)])
+    assert point_batch({**point, "num_prefill": 3}) == (2, 20, [(5, 3)] * 3)
+    assert point_batch({**point, "prefill_new": 0, "num_prefill": 0}) == (2, 20, [])
+
+
+def test_mixed_steps_share_the_prefill_linear_terms(
+        tmp_path: Path) -> None:
+    """Mixed points of at most 576 tokens, prefills up to 4,096: the linear part of a mixed
+    step of two 2,048-token chunks beside decodes comes out exact, since it is fitted on both
+    kinds' points, and a mixed kind's own linear terms, for all the kinds share, are the
+    prefill's (attention and the other part stay per kind)."""
+    roof = RooflineStepModel(MODEL, GPU)
+    small = [p for p in _points(0.0) if p["kind"] != "mixed" or p["prefill_new"] <= 512]
+    coef = fit_coefficients(samples(read_calibration(_artefact(tmp_path, small))))
+    assert coef.terms["mixed"][1] == pytest.approx(coef.terms["prefill"][1])
+    assert coef.terms["mixed"][2] != pytest.approx(coef.terms["prefill"][2])
+    decodes, ctx, prefills = 4, 4 * 4096, [(2048, 0), (2048, 0)]
+    kind, rows = features(roof, decodes, ctx, prefills)
+    _, linear, _ = FitStepModel(MODEL, GPU, 1, coef, "fit").gpu_parts(decodes, ctx, prefills)
+    assert kind == "mixed"
+    assert linear == pytest.approx(0.97 * float(np.dot(TRUE[kind][1], rows[1])), rel=1e-6)
 
 
 def test_nonnegative_fit_is_exact_and_clamps() -> None:
