@@ -37,7 +37,7 @@ from sim.results.outputs import (
     write_tables,
 )
 from sim.results.rejections import all_rejected, rejection_warnings
-from sim.results.rundir import Staging, deferred_interrupt
+from sim.results.rundir import Staging, deferred_interrupt, sticky_interrupt
 from sim.results.table import comparison_table
 from sim.sched.scheduler import SimulationError
 from traces import Trace, summarize
@@ -62,19 +62,22 @@ class Outcome:
 
 
 def replay_allocator(name: str, config: RunConfig, trace: Trace,
-                     progress: Any = None) -> Outcome:
+                     progress: Any = None, check: Any = None) -> Outcome:
     """Replay one allocator and turn its records into typed tables (``progress(n)`` is told
-    how many requests left since its last call)."""
+    how many requests left since its last call; ``check()``, called as each request
+    leaves, may raise to stop the replay)."""
     section = LogSection(config, trace.seed, name) if config.output.record_log else None
     seen = [0]
 
     def leave(done: int) -> None:
-        if done - seen[0] >= PROGRESS_EVERY or done == len(trace):
+        if check is not None:
+            check()
+        if progress is not None and (done - seen[0] >= PROGRESS_EVERY or done == len(trace)):
             progress(done - seen[0])
             seen[0] = done
     try:
         result = replay(name, config, trace, build_costs(config),
-                        progress=leave if progress is not None else None,
+                        progress=leave if progress is not None or check is not None else None,
                         log_writer=section.writer if section is not None else None)
     except SimulationError as exc:
         return Outcome(name, log_section=section.close() if section else None, error=str(exc))
@@ -107,19 +110,21 @@ def compare(config: RunConfig, options: Options, trace: Trace, trace_sha256: str
                 dynamic_ncols=True, mininterval=0.5) if config.output.progress else None)
     finished: dict[str, Outcome] = {}
     interrupted = False
-    try:
-        if min(config.jobs, len(config.allocators)) > 1:
-            _in_workers(config, trace, bar, finished)
-        else:
-            for name in config.allocators:
-                finished[name] = replay_allocator(name, config, trace,
-                                                  bar.update if bar else None)
-                _say_finished(finished[name], bar)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        if bar is not None:
-            bar.close()
+    with sticky_interrupt() as check:
+        try:
+            if min(config.jobs, len(config.allocators)) > 1:
+                _in_workers(config, trace, bar, finished, check)
+            else:
+                for name in config.allocators:
+                    finished[name] = replay_allocator(name, config, trace,
+                                                      bar.update if bar else None, check)
+                    check()
+                    _say_finished(finished[name], bar)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            if bar is not None:
+                bar.close()
     outcomes = [finished[name] for name in config.allocators if name in finished]
     if interrupted and not outcomes:
         _drop_sections(config.output.out_dir)
@@ -170,7 +175,8 @@ def _say_finished(outcome: Outcome, bar: Any) -> None:
                                                   else " (failed)"), file=sys.stderr)
 
 
-def _in_workers(config: RunConfig, trace: Trace, bar: Any, done: dict[str, Outcome]) -> None:
+def _in_workers(config: RunConfig, trace: Trace, bar: Any, done: dict[str, Outcome],
+                check: Any = None) -> None:
     """Every allocator in its own worker process, ``config.jobs`` at a time; each outcome
     goes into ``done`` as it arrives. Ctrl-C stops the workers (they ignore SIGINT)."""
     methods = multiprocessing.get_all_start_methods()
@@ -192,6 +198,8 @@ def _in_workers(config: RunConfig, trace: Trace, bar: Any, done: dict[str, Outco
             for conn in wait(list(live)):
                 assert isinstance(conn, Connection)
                 _receive(conn, live, bar, done)
+                if check is not None:
+                    check()
     finally:
         for worker in live.values():
             worker.terminate()

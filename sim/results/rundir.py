@@ -14,7 +14,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -82,6 +82,35 @@ def deferred_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if caught:
         raise KeyboardInterrupt
+
+
+@contextmanager
+def sticky_interrupt() -> Iterator[Callable[[], None]]:
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt where the program is, as by default, and is
+    also remembered: the yielded check raises it again. CPython drops an exception raised in
+    a finaliser (it prints "Exception ignored in" and goes on), so an interrupt landing in
+    one would otherwise be lost and the run would go on to its end; the replay calls the
+    check as each request leaves."""
+    caught: list[int] = []
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+        raise KeyboardInterrupt
+
+    def check() -> None:
+        if caught:
+            raise KeyboardInterrupt
+
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, on_interrupt)
+    except ValueError:  # not the main thread: signals go elsewhere
+        yield lambda: None
+        return
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Staging:

@@ -3,13 +3,16 @@ target and renamed into place, never mixing two runs' files."""
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sim.cli import out_dir
 from sim.config import OptionError, Options
-from sim.results.rundir import Staging, default_target, target_dir
+from sim.results.rundir import Staging, default_target, sticky_interrupt, target_dir
 
 
 def test_default_target_falls_back_to_a_timestamp(tmp_path: Path,
@@ -87,3 +90,28 @@ def test_default_directory_is_named_after_the_workload_source() -> None:
     assert out_dir(Options(dataset_name="sharegpt", dataset_path="d/ShareGPT_V3.json")) == \
         Path("results/ShareGPT_V3")
     assert out_dir(Options()) == Path("results/default")
+
+
+def test_an_interrupt_dropped_in_a_finaliser_is_raised_at_the_next_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C inside a finaliser: CPython reports its KeyboardInterrupt as unraisable and goes
+    on; the check raises it again. Without an interrupt the check passes, and the handler
+    before is back after."""
+    dropped: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_type))
+
+    class Finalised:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGINT)
+    with sticky_interrupt() as check:
+        check()
+        Finalised()
+        assert dropped == [KeyboardInterrupt]
+        with pytest.raises(KeyboardInterrupt):
+            check()
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):
+        with sticky_interrupt():
+            signal.raise_signal(signal.SIGINT)
