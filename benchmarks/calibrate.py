@@ -7,8 +7,8 @@
 Each grid point is a synthetic step executed exactly as a logged step is (kernels/execute/
 step.py: whole decoder forward, CUDA graph and eager times, per-part graphs): decode-only
 (B sequences with c tokens cached), prefill (k chunks of n new tokens, each after p cached;
-k is 1 unless a point says more) and mixed (B decodes plus the chunks). Block tables are random permutations of one pool sized for the
-largest point. The model comes from a sim preset (`--model`, dense presets) or an HF
+k is 1 unless a point says more) and mixed (B decodes plus the chunks). Block tables are
+random permutations of one pool sized for the largest point. The model comes from a sim preset (`--model`, dense presets) or an HF
 `config.json` (`--model-json`, MoE too). The artefact (format "pagedsim-step-calibration",
 described in kernels/execute/README.md and inside the file itself) holds the model, GPU,
 dtypes, software, date, method and every point; it replaces the per-layer table CSV.

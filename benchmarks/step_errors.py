@@ -40,8 +40,9 @@ from sim.cost.step_specs import calibrated_coefficients, make_auto, make_calibra
 def held_out(point: dict[str, Any]) -> bool:
     """One shape in three, by a hash of the shape (stable across runs and artefacts)."""
     key = "{num_decode}x{decode_context}+{prefill_new}@{prefill_prefix}".format(**point)
-    if point.get("num_prefill", 1) > 1:
-        key += f"*{point['num_prefill']}"
+    chunks = len(point_batch(point)[2])
+    if chunks > 1:  # one chunk keeps the key shapes had before points could hold several
+        key += f"*{chunks}"
     return int(hashlib.sha256(key.encode()).hexdigest(), 16) % 3 == 0
 
 
@@ -66,7 +67,7 @@ def rows_for(cal: Calibration, models: dict[str, Any]) -> list[dict[str, Any]]:
         row = {"kind": p["kind"], "held": held_out(p), "attention": p["attention_s"],
                "linear": p["linear_s"] + p["other_s"], "total": p["graph_s"],
                "shape": [p["num_decode"], p["decode_context"], p["prefill_new"],
-                         p["prefill_prefix"], p.get("num_prefill", int(p["prefill_new"] > 0))]}
+                         p["prefill_prefix"], len(point_batch(p)[2])]}
         for name, step in models.items():
             att, lin = _predict(step, p)
             row[name] = {"attention": att, "linear": lin, "total": att + lin}

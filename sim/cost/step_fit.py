@@ -49,6 +49,7 @@ MIN_POINTS = 6
 # tokens, priced the H200's steps of two 2,048-token prompts beside decodes 12-14 % fast,
 # where a prefill of 4,096 tokens was priced within 4 % (benchmarks/RESULTS.md, "Long steps").
 CHUNK_KINDS = ("prefill", "mixed")
+LINEAR = PARTS.index("linear")
 # The linear curve's value at a row count: the median measured / fitted ratio of its fitted
 # shapes where at least CURVE_MIN_POINTS ran it; where one shape did (one measurement, within
 # run-to-run noise of the fit, ~5 % on the H200), the median of its ratio and those of the
@@ -138,8 +139,10 @@ def _fit_part(group: Sequence[Sample], part: int) -> np.ndarray:
                            np.array([s.parts[part] for s in group]))
 
 
-def _fit_parts(group: Sequence[Sample]) -> np.ndarray:
-    return np.array([_fit_part(group, i) for i in range(len(PARTS))])
+def _fit_parts(group: Sequence[Sample], linear: np.ndarray | None = None) -> np.ndarray:
+    """Every part's terms fitted on `group`; the linear part's are `linear` where given."""
+    return np.array([linear if i == LINEAR and linear is not None else _fit_part(group, i)
+                     for i in range(len(PARTS))])
 
 
 def _dot(coef: Sequence[float], values: Sequence[float]) -> float:
@@ -214,13 +217,17 @@ def fit_coefficients(data: Sequence[Sample], *, curve: bool = False,
                          f"linear_s and other_s measured; got {len(data)}")
     pooled = _fit_parts(data)
     chunked = [s for s in data if s.kind in CHUNK_KINDS]
-    chunk_linear = _fit_part(chunked, 1) if len(chunked) >= MIN_POINTS else pooled[1]
+    chunk_linear = _fit_part(chunked, LINEAR) if len(chunked) >= MIN_POINTS else pooled[LINEAR]
     terms, ratio, shift = {}, {}, {}
     for kind in KINDS:
         group = [s for s in data if s.kind == kind]
-        terms[kind] = _fit_parts(group) if len(group) >= MIN_POINTS else pooled.copy()
-        if kind in CHUNK_KINDS:
-            terms[kind][1] = chunk_linear
+        linear = chunk_linear if kind in CHUNK_KINDS else None
+        if len(group) >= MIN_POINTS:
+            terms[kind] = _fit_parts(group, linear)
+        else:
+            terms[kind] = pooled.copy()
+            if linear is not None:
+                terms[kind][LINEAR] = linear
         if offset:
             ratio[kind], shift[kind] = overlap(group if len(group) >= MIN_POINTS else data)
         else:

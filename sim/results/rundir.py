@@ -64,22 +64,27 @@ def target_dir(out: str | None, trace: str | None, overwrite: bool) -> Path:
 
 
 @contextmanager
-def deferred_interrupt() -> Iterator[None]:
-    """Hold back Ctrl-C (SIGINT) while the body writes or renames; raise it after."""
+def _sigint_to(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """SIGINT goes to `handler` in the body, and back to its previous handler after; where
+    no handler can be set (not the main thread: signals go elsewhere) the body runs as is."""
     try:
         previous = signal.getsignal(signal.SIGINT)
-        caught: list[int] = []
-
-        def hold(signum: int, frame: FrameType | None) -> None:
-            caught.append(signum)
-        signal.signal(signal.SIGINT, hold)
-    except ValueError:  # not the main thread: signals go elsewhere
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:
         yield
         return
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """Hold back Ctrl-C (SIGINT) while the body writes or renames; raise it after."""
+    caught: list[int] = []
+    with _sigint_to(lambda signum, frame: caught.append(signum)):
+        yield
     if caught:
         raise KeyboardInterrupt
 
@@ -101,16 +106,8 @@ def sticky_interrupt() -> Iterator[Callable[[], None]]:
         if caught:
             raise KeyboardInterrupt
 
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, on_interrupt)
-    except ValueError:  # not the main thread: signals go elsewhere
-        yield lambda: None
-        return
-    try:
+    with _sigint_to(on_interrupt):
         yield check
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class Staging:

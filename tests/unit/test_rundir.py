@@ -112,6 +112,5 @@ def test_an_interrupt_dropped_in_a_finaliser_is_raised_at_the_next_check(
         with pytest.raises(KeyboardInterrupt):
             check()
     assert signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(KeyboardInterrupt):
-        with sticky_interrupt():
-            signal.raise_signal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), sticky_interrupt():
+        signal.raise_signal(signal.SIGINT)
