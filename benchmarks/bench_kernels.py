@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
          "triton": triton.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     t16 = AttentionTimer(SHAPE, NUM_BLOCKS)
     t8 = AttentionTimer(SHAPE, NUM_BLOCKS, "fp8", seed=1)
+    # the same fp8 values with V token-major: the layout A/B, and the experiments, whose
+    # kernels read that layout
+    t8tm = t8.relaid("token_major")
     sections = {
         "copy": copy_bandwidth, "decode": lambda: bench_decode(t16, args.ab),
         "ragged": lambda: bench_ragged(t16, args.ab), "fp8": lambda: bench_fp8(t16, t8),
@@ -195,11 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         "prefill": lambda: bench_prefill(t16), "fp8_ab": lambda: kernel_ab.fp8_ab(t16, t8),
         "extend_ab": lambda: kernel_ab.extend_ab(t16), "mixed_ab": lambda: kernel_ab.mixed_ab(t16),
         "host": lambda: kernel_ab.host(t16, t8),
-        "layout_ab": lambda: kernel_ab.layout_ab(t16, t8),
-        "fp8_swap": lambda: kernel_ab.experiment_ab("fp8_swap", fp8_swap.SHAPES, t16, t8,
+        "layout_ab": lambda: kernel_ab.layout_ab(t16, t8tm),
+        "fp8_layout": lambda: kernel_ab.fp8_layout_ab(t16, t8, t8tm),
+        "fp8_swap": lambda: kernel_ab.experiment_ab("fp8_swap", fp8_swap.SHAPES, t16, t8tm,
                                                     fp8_swap.calls()),
-        "fp8_vt": lambda: kernel_ab.experiment_ab("fp8_vt", fp8_vt.SHAPES, t16, t8,
-                                                  fp8_vt.calls(t8)),
+        "fp8_vt": lambda: kernel_ab.experiment_ab("fp8_vt", fp8_vt.SHAPES, t16, t8tm,
+                                                  fp8_vt.calls(t8tm)),
         "sdpa": lambda: {f"{b}x{c}_us": sdpa_decode(t16, [c] * b) for b, c in ((64, 4096),
                                                                             (16, 16384))},
         "cache_ops": lambda: kernel_sweeps.cache_ops(SHAPE),

@@ -23,6 +23,7 @@ from kernels.decode_attention import paged_decode_attention
 from kernels.decode_config import DecodeConfig
 from kernels.layer_timing import AttentionTimer, graph_us, host_us, median_us
 from kernels.reference import Variant, ref_decode_attention, rel_error_per_seq_head
+from kernels.reshape_and_cache import reshape_and_cache
 
 FP8_SHAPES = ((64, 4096), (16, 16384))
 FP8_VARIANTS = {
@@ -124,6 +125,62 @@ def fp8_ab(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
         rows.append(row)
         print(f"fp8_ab {row}", flush=True)
     return rows
+
+
+# fp8 decodes over V stored transposed per block (the shipped layout) and over token-major V
+LAYOUT_SHAPES = ((64, 4096), (16, 16384), (128, 2048), (256, 1024), (32, 8192), (1, 4096))
+LAYOUT_VARIANTS = {
+    "tab64w1s3": DecodeConfig(block_n=64, num_warps=1, num_stages=3, pipeline="table_asm"),
+    "tab64w4s3": DecodeConfig(block_n=64, num_warps=4, num_stages=3, pipeline="table_asm"),
+    "tab128w4s3": DecodeConfig(block_n=128, num_warps=4, num_stages=3, pipeline="table_asm"),
+}
+
+
+def fp8_layout_ab(t16: AttentionTimer, t8: AttentionTimer, t8tm: AttentionTimer
+                  ) -> list[dict]:
+    """The fp8 decode over transposed V (`t8`, the default layout; `fp8`, and `fp8_<variant>`
+    for LAYOUT_VARIANTS) against the same values stored token-major (`t8tm`: `fp8_tm`) and
+    shipped bf16, alternated; then extends, a prefill and reshape_and_cache in both layouts.
+    `*_x` = shipped bf16 time / that version's; `fp8_tbps` counts fp8 bytes."""
+    rows = []
+    shapes = [([c] * b, f"{b} x {c}") for b, c in LAYOUT_SHAPES]
+    shapes.append((ragged_lens(64, 16, 8192), "64 x U[16, 8192]"))
+    for lens, name in shapes:
+        fns = {"bf16": t16.decode_call(lens), "fp8": t8.decode_call(lens),
+               "fp8_tm": t8tm.decode_call(lens)}
+        fns.update({f"fp8_{k}": t8.decode_call(lens, config=c)
+                    for k, c in LAYOUT_VARIANTS.items()})
+        times = alternate(fns, 5)
+        errs = {**errors(t8, lens, {"fp8": None}), **errors(t8tm, lens, {"fp8_tm": None})}
+        row = ab_row(len(lens), max(lens), times, errs,
+                     fp8_tbps=t8.kv_bytes(lens) / times["fp8"] / 1e6)
+        rows.append({"shape": name, **row})
+        print(f"fp8_layout {rows[-1]}", flush=True)
+    for new, prefix in (([16], [16384]), ([16] * 16, [16384] * 16), ([2048] * 8, [2048] * 8)):
+        fns = {"bf16": t16.extend_call(new, prefix), "fp8": t8.extend_call(new, prefix),
+               "fp8_tm": t8tm.extend_call(new, prefix)}
+        times = alternate(fns, 5)
+        rows.append({"shape": f"extend {len(new)} x {new[0]} over {prefix[0]}",
+                     **{f"{k}_us": v for k, v in times.items()},
+                     "fp8_vs_tm": times["fp8_tm"] / times["fp8"]})
+        print(f"fp8_layout {rows[-1]}", flush=True)
+    for tokens in (64, 16384):
+        times = alternate({"fp8": cache_write_call(t8, tokens),
+                           "fp8_tm": cache_write_call(t8tm, tokens)}, 5)
+        rows.append({"shape": f"reshape_and_cache {tokens} tokens",
+                     **{f"{k}_us": v for k, v in times.items()}})
+        print(f"fp8_layout {rows[-1]}", flush=True)
+    return rows
+
+
+def cache_write_call(t: AttentionTimer, tokens: int):
+    """reshape_and_cache of `tokens` new rows at distinct random slots of `t`'s cache."""
+    s = t.shape
+    key = torch.randn((tokens, s.num_kv_heads, s.head_size), device=t.device, dtype=s.dtype)
+    value = torch.randn_like(key)
+    slots = torch.randperm(t.k.shape[0] * s.block_size, device=t.device)[:tokens]
+    return lambda: reshape_and_cache(key, value, t.k, t.v, slots, k_scale=t.k_scale,
+                                     v_scale=t.v_scale)
 
 
 def experiment_ab(tag: str, shapes: tuple[tuple[int, int], ...], t16: AttentionTimer,

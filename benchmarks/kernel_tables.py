@@ -28,9 +28,8 @@ def print_tables(r: dict) -> None:
     print(f"\n== {r['device']} | torch {r['torch']} | triton {r['triton']} | {r['date']}")
     if isinstance(r.get("copy"), dict) and "tbps" in r["copy"]:
         print(f"copy: {r['copy']['tbps']:.2f} TB/s (read + write of a 4 GiB copy)")
-    for name in ("decode", "ragged", "fp8", "fp8_ab", "host", "extend", "extend_ab", "mixed",
-                 "mixed_ab",
-                 "prefill", "sdpa", "cache_ops"):
+    for name in ("decode", "ragged", "fp8", "fp8_ab", "fp8_layout", "host", "extend",
+                 "extend_ab", "mixed", "mixed_ab", "prefill", "sdpa", "cache_ops"):
         val = r.get(name)
         if val is None:
             continue

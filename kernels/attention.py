@@ -17,6 +17,7 @@ import torch
 
 from kernels.attention_kernel import merge_kernel, paged_attention_kernel
 from kernels.attention_plan import Plan, Shape, bucket, cached_plan
+from kernels.cache_layout import is_transposed_v
 from kernels.decode_cache import fast_key, find, remember
 from kernels.decode_config import DecodeConfig
 from kernels.launch import (
@@ -67,7 +68,8 @@ def scratch(device: torch.device, rows: int, head_size: int, counters: int
 def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  out: torch.Tensor) -> tuple[int, ...]:
     """Validate q/out/caches; return (block_size, num_kv_heads, head_size, the caches' block
-    and token strides, q's and out's token strides).
+    and token strides, q's and out's token strides, V's block stride, whether V is stored
+    transposed per block).
 
     One cheap test covers the common case; the detailed checks run only to name a failure.
     """
@@ -76,14 +78,15 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     head_size, dt, kdt = shape[-1], q.dtype, k_cache.dtype
     if (
         len(shape) == 4 and len(qsh) == 3 and ks[2:] == (head_size, 1)
-        and qs[1:] == (head_size, 1) and os_[1:] == (head_size, 1) and v_cache.stride() == ks
+        and qs[1:] == (head_size, 1) and os_[1:] == (head_size, 1)
+        and (not (v_t := v_cache.stride() != ks) or is_transposed_v(v_cache))
         and v_cache.shape == shape and out.shape == qsh and qsh[2] == head_size
         and qsh[1] % shape[2] == 0 and head_size in _HEAD_SIZES and v_cache.dtype is kdt
         and out.dtype is dt and (kdt is dt or kdt is _FP8) and dt in SUPPORTED_DTYPES
         and (dev := q.device) == k_cache.device and v_cache.device == dev
         and out.device == dev
     ):  # fmt: skip
-        return shape[1], shape[2], head_size, ks[0], ks[1], qs[0], os_[0]
+        return shape[1], shape[2], head_size, ks[0], ks[1], qs[0], os_[0], v_cache.stride(0), v_t
     _, _, num_kv_heads, head_size = check_kv_cache(k_cache, v_cache)
     check_head_size(head_size)
     if q.dim() != 3 or q.shape[2] != head_size or q.shape[1] % num_kv_heads:
@@ -95,8 +98,10 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         raise ValueError(f"q: device {q.device} differs from the cache's")
     if q.stride()[1:] != (head_size, 1):
         raise ValueError("q: each token's [num_q_heads, head_size] must be contiguous")
-    if k_cache.stride() != v_cache.stride() or k_cache.stride()[2] != head_size:
-        raise ValueError("caches: K and V need equal strides with contiguous [heads, head_size]")
+    if k_cache.stride()[2] != head_size or (k_cache.stride() != v_cache.stride()
+                                            and not is_transposed_v(v_cache)):
+        raise ValueError("caches: K needs contiguous [heads, head_size] rows and V the same "
+                         "strides, or V stored transposed per block (kernels/cache_layout.py)")
     raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} on {q.device} with contiguous "
                      "heads")
 
@@ -110,7 +115,7 @@ def run_plan(plan: Plan, geom: tuple[int, ...], out: torch.Tensor, q: torch.Tens
     d = geom[2]
     for_device(paged_attention_kernel, q.device)[(plan.grid,)](
         out, part, lse, counters, q, k_cache, v_cache, tables, lens, starts, sinks,
-        *plan.scalars, geom[5], d, geom[6], d, geom[3], geom[4], tables.stride(0),
+        *plan.scalars, geom[5], d, geom[6], d, geom[3], geom[4], geom[7], tables.stride(0),
         *plan.const_args, **plan.launch)
     if plan.merge_grid:
         s = plan.scalars
@@ -129,7 +134,7 @@ def bound_launch(plan: Plan, geom: tuple[int, ...], out: torch.Tensor, tables: t
     part, lse, counters = scratch(dev, plan.scratch_rows, plan.head_size, plan.counters)
     d = geom[2]
     kernel = for_device(paged_attention_kernel, dev)[(plan.grid,)]
-    tail = (*plan.scalars, geom[5], d, geom[6], d, geom[3], geom[4], tables.stride(0),
+    tail = (*plan.scalars, geom[5], d, geom[6], d, geom[3], geom[4], geom[7], tables.stride(0),
             *plan.const_args)
     options, s, merge_options = plan.launch, plan.scalars, plan.merge_constexprs
     merge_tail = (plan.num_small, s[1], s[2], s[3], s[4], s[8], s[9], geom[6], d)
@@ -262,7 +267,7 @@ def paged_attention(
                q.dtype, k_cache.dtype, sliding_window, attention_chunk_size, soft_cap,
                sinks is not None, head_size**-0.5 if scale is None else scale, k_scale,
                v_scale, num_splits or 0, decode_config, prefill_config, num_sms(dev),
-               dev.type == "cpu", True)
+               dev.type == "cpu", True, geom[8])
     plan = cached_plan(sh)
     run_plan(plan, geom, out, q, k_cache, v_cache, tables, lens, starts,
              lens if sinks is None else sinks)

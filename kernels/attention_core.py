@@ -9,7 +9,8 @@ with an online softmax in base 2 (running max `m`, sum `l`, accumulator `acc`). 
 key j iff row_lo[r] <= j <= q_pos[r] (causal, and a sliding window or a local-attention chunk
 from `key_lo`). `attend` runs the keys that every row sees without any mask and masks only
 the edges. Scores may be soft-capped (Gemma 2); fp8 keys and values are widened to the query
-dtype (exact), their scales folded into `scale_log2` and `v_scale` by the caller.
+dtype (exact), their scales folded into `scale_log2` and `v_scale` by the caller. V may be
+stored transposed per block (kernels/cache_layout.py): `_v_tile` reads either layout.
 """
 
 from __future__ import annotations
@@ -98,6 +99,80 @@ def _kv_rows(table_row, offs_n, stride_cb, stride_ct, BLOCK_SIZE: tl.constexpr,
 
 
 @triton.jit
+def v_head_offset(kv_head, HEAD_SIZE: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                  V_T: tl.constexpr):
+    """Offset of a KV head's first element in a block of V (of K: V_T = 0)."""
+    if V_T:
+        return kv_head * (HEAD_SIZE * BLOCK_SIZE)
+    return kv_head * HEAD_SIZE
+
+
+@triton.jit
+def _table_entries(table_row, offs_b, hi, BLOCK_SIZE: tl.constexpr, MASK_KEYS: tl.constexpr,
+                   TABLE_ASM: tl.constexpr):
+    """Block ids of a row's blocks `offs_b` (0 for blocks past token `hi` if MASK_KEYS), read
+    as `_kv_rows` reads token rows' ids."""
+    if MASK_KEYS:
+        block_id = tl.load(table_row + offs_b, mask=offs_b * BLOCK_SIZE < hi, other=0)
+    elif TABLE_ASM:
+        block_id = read_table(table_row + tl.maximum(tl.minimum(offs_b, (hi - 1) // BLOCK_SIZE),
+                                                     0))
+    else:
+        block_id = tl.load(table_row + offs_b)
+    return block_id.to(tl.int64)
+
+
+@triton.jit
+def _v_slices(v_head, table_row, start, hi, offs_d, stride_vb, BLOCK_SIZE: tl.constexpr,
+              NB: tl.constexpr, SPAN: tl.constexpr, MASK_KEYS: tl.constexpr,
+              TABLE_ASM: tl.constexpr):
+    """Tokens [start, start + NB * SPAN) of a transposed V as `[NB * SPAN, head_size]`: NB
+    blocks' `[head_size, SPAN]` slices, block ids along their own axis, so each slice is seen
+    as contiguous tokens (read through the table token by token, a tile of this layout is
+    fetched a byte at a time). `start` is a multiple of SPAN, which is BLOCK_SIZE if NB > 1."""
+    offs_b = start // BLOCK_SIZE + tl.arange(0, NB)
+    offs_s = start % BLOCK_SIZE + tl.arange(0, SPAN)
+    blk = _table_entries(table_row, offs_b, hi, BLOCK_SIZE, MASK_KEYS, TABLE_ASM)
+    ptrs = (v_head + blk[:, None, None] * stride_vb + (offs_d * BLOCK_SIZE)[None, :, None]
+            + offs_s[None, None, :])  # [NB, head_size, SPAN]
+    if MASK_KEYS:
+        tok = (offs_b * BLOCK_SIZE)[:, None, None] + offs_s[None, None, :]
+        vt = tl.load(ptrs, mask=tok < hi, other=0.0)
+    else:
+        vt = tl.load(ptrs)
+    return tl.reshape(tl.permute(vt, (0, 2, 1)), (NB * SPAN, offs_d.shape[0]))
+
+
+@triton.jit
+def _v_tile(v_head, rows, table_row, start, hi, offs_d, stride_vb, BLOCK_SIZE: tl.constexpr,
+            BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr, TABLE_ASM: tl.constexpr,
+            V_T: tl.constexpr):
+    """V of tokens [start, start + BLOCK_N) as `[BLOCK_N, head_size]`, zero past `hi` if
+    MASK_KEYS. V_T 0: token-major, at K's `rows`; 1: transposed, element by element (any
+    `start`); 2: transposed, by `_v_slices` (`start` a multiple of min(BLOCK_N, BLOCK_SIZE),
+    which holds when no window or local chunk moves a range's first key)."""
+    if V_T == 2:
+        if BLOCK_N >= BLOCK_SIZE:
+            v = _v_slices(v_head, table_row, start, hi, offs_d, stride_vb, BLOCK_SIZE,
+                          BLOCK_N // BLOCK_SIZE, BLOCK_SIZE, MASK_KEYS, TABLE_ASM)
+        else:
+            v = _v_slices(v_head, table_row, start, hi, offs_d, stride_vb, BLOCK_SIZE, 1,
+                          BLOCK_N, MASK_KEYS, TABLE_ASM)
+    else:
+        offs_n = start + tl.arange(0, BLOCK_N)
+        if V_T == 1:
+            ptrs = v_head + _kv_rows(table_row, offs_n, stride_vb, 1, BLOCK_SIZE, MASK_KEYS, hi,
+                                     TABLE_ASM) + (offs_d * BLOCK_SIZE)[None, :]
+        else:
+            ptrs = v_head + rows + offs_d[None, :]
+        if MASK_KEYS:
+            v = tl.load(ptrs, mask=(offs_n < hi)[:, None], other=0.0)
+        else:
+            v = tl.load(ptrs)
+    return v
+
+
+@triton.jit
 def _scores(m_i, l_i, q, k, offs_n, hi, q_pos, row_lo, scale_log2, cap_in, cap_out,
             MASK_KEYS: tl.constexpr, MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr,
             DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr):
@@ -148,11 +223,11 @@ def _values(acc, p, alpha, v, q, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr,
 
 @triton.jit
 def _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
-          scale_log2, cap_in, cap_out, stride_cb, stride_ct,
+          scale_log2, cap_in, cap_out, stride_cb, stride_ct, stride_vb,
           BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr,
           MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
           SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr,
-          TABLE_ASM: tl.constexpr):
+          TABLE_ASM: tl.constexpr, V_T: tl.constexpr):
     """One tile of keys [start, start + BLOCK_N), masked below `hi` if MASK_KEYS."""
     offs_n = start + tl.arange(0, BLOCK_N)
     rows = _kv_rows(table_row, offs_n, stride_cb, stride_ct, BLOCK_SIZE, MASK_KEYS, hi,
@@ -165,10 +240,8 @@ def _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head, table_row,
     p, alpha, m_i, l_i = _scores(m_i, l_i, q, k, offs_n, hi, q_pos, row_lo, scale_log2,
                                  cap_in, cap_out, MASK_KEYS, MASK_ROWS, SOFT_CAP,
                                  DOT_PRECISION, WIDEN)
-    if MASK_KEYS:
-        v = tl.load(v_head + rows + offs_d[None, :], mask=n_mask, other=0.0)
-    else:
-        v = tl.load(v_head + rows + offs_d[None, :])
+    v = _v_tile(v_head, rows, table_row, start, hi, offs_d, stride_vb, BLOCK_SIZE, BLOCK_N,
+                MASK_KEYS, TABLE_ASM, V_T)
     return _values(acc, p, alpha, v, q, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN), m_i, l_i
 
 
@@ -205,42 +278,45 @@ def _attend_prefetch(acc, m_i, l_i, q, lo, hi, k_head, v_head, table_row, offs_d
 
 @triton.jit
 def _attend_range(acc, m_i, l_i, q, lo, hi, q_pos, row_lo, k_head, v_head, table_row, offs_d,
-                  scale_log2, cap_in, cap_out, stride_cb, stride_ct,
+                  scale_log2, cap_in, cap_out, stride_cb, stride_ct, stride_vb,
                   BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_KEYS: tl.constexpr,
                   MASK_ROWS: tl.constexpr, SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr,
                   SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr,
-                  TABLE_ASM: tl.constexpr = False):
+                  V_T: tl.constexpr, TABLE_ASM: tl.constexpr = False):
     for start in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _tile(acc, m_i, l_i, q, start, hi, q_pos, row_lo, k_head, v_head,
                               table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
-                              stride_ct, BLOCK_SIZE, BLOCK_N, MASK_KEYS, MASK_ROWS, SOFT_CAP,
-                              UPCAST, SPLIT_P, DOT_PRECISION, WIDEN, TABLE_ASM)
+                              stride_ct, stride_vb, BLOCK_SIZE, BLOCK_N, MASK_KEYS, MASK_ROWS,
+                              SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN, TABLE_ASM, V_T)
     return acc, m_i, l_i
 
 
 @triton.jit
 def attend(acc, m_i, l_i, q, lo, hi, full_lo, full_hi, q_pos, row_lo, k_head, v_head,
-           table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb, stride_ct,
+           table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb, stride_ct, stride_vb,
            BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASK_ROWS: tl.constexpr,
            SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr,
-           DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr, PIPE: tl.constexpr):
+           DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr, PIPE: tl.constexpr,
+           V_T: tl.constexpr):
     """Keys [lo, hi): whole tiles inside [full_lo, full_hi) (seen by every row) unmasked,
     loaded as PIPE says: 0 Triton's pipelining, 1 the same with the table read through PTX
     (`_kv_rows`), 2 by hand (`_attend_prefetch`).
 
-    Without MASK_ROWS every row sees all of [lo, hi): only the last tile is masked.
+    Without MASK_ROWS every row sees all of [lo, hi): only the last tile is masked. V_T: V's
+    layout (`_v_tile`); the hand pipeline reads token-major V only.
     """
     if MASK_ROWS:
         a = tl.minimum(tl.maximum(full_lo, lo), hi)
         acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, lo, a, q_pos, row_lo, k_head, v_head,
                                       table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
-                                      stride_ct, BLOCK_SIZE, BLOCK_N, True, True, SOFT_CAP,
-                                      UPCAST, SPLIT_P, DOT_PRECISION, WIDEN)
+                                      stride_ct, stride_vb, BLOCK_SIZE, BLOCK_N, True, True,
+                                      SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN, V_T)
         b = a + tl.maximum(tl.minimum(full_hi, hi) - a, 0) // BLOCK_N * BLOCK_N
     else:
         a = lo
         b = lo + (hi - lo) // BLOCK_N * BLOCK_N
     if PIPE == 2:
+        tl.static_assert(V_T == 0, "the hand pipeline reads token-major V only")
         acc, m_i, l_i = _attend_prefetch(acc, m_i, l_i, q, a, b, k_head, v_head, table_row,
                                          offs_d, scale_log2, cap_in, cap_out, stride_cb,
                                          stride_ct, BLOCK_SIZE, BLOCK_N, SOFT_CAP, UPCAST,
@@ -248,12 +324,13 @@ def attend(acc, m_i, l_i, q, lo, hi, full_lo, full_hi, q_pos, row_lo, k_head, v_
     else:
         acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, a, b, q_pos, row_lo, k_head, v_head,
                                       table_row, offs_d, scale_log2, cap_in, cap_out,
-                                      stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, False, False,
-                                      SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN, PIPE == 1)
+                                      stride_cb, stride_ct, stride_vb, BLOCK_SIZE, BLOCK_N,
+                                      False, False, SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION,
+                                      WIDEN, V_T, PIPE == 1)
     acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, b, hi, q_pos, row_lo, k_head, v_head,
                                   table_row, offs_d, scale_log2, cap_in, cap_out, stride_cb,
-                                  stride_ct, BLOCK_SIZE, BLOCK_N, True, MASK_ROWS, SOFT_CAP,
-                                  UPCAST, SPLIT_P, DOT_PRECISION, WIDEN)
+                                  stride_ct, stride_vb, BLOCK_SIZE, BLOCK_N, True, MASK_ROWS,
+                                  SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION, WIDEN, V_T)
     return acc, m_i, l_i
 
 

@@ -13,7 +13,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.attention_core import attend, finish, key_lo, load_query, log2_sum_exp
+from kernels.attention_core import (
+    attend,
+    finish,
+    key_lo,
+    load_query,
+    log2_sum_exp,
+    v_head_offset,
+)
 from kernels.launch import round_to_bf16
 from kernels.split_k import batch_chunk, locate, merge_partials, num_items, split_bounds
 
@@ -38,7 +45,7 @@ def _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v
                    tables_ptr, lens_ptr, starts_ptr, sinks_ptr, num_seqs, target,
                    target_ragged, min_chunk, forced, window, chunk_size, scale_log2, cap_in,
                    cap_out, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb,
-                   stride_ct, stride_bt, NUM_KV_HEADS: tl.constexpr, QPK: tl.constexpr,
+                   stride_ct, stride_vb, stride_bt, NUM_KV_HEADS: tl.constexpr, QPK: tl.constexpr,
                    QT: tl.constexpr, ROWS: tl.constexpr, RP: tl.constexpr,
                    BLOCK_M: tl.constexpr, HEAD_SIZE: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                    BLOCK_N: tl.constexpr, SEQ_TILE: tl.constexpr, BLOCK_S: tl.constexpr,
@@ -46,7 +53,7 @@ def _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v
                    SOFT_CAP: tl.constexpr, HAS_SINK: tl.constexpr, FUSED: tl.constexpr,
                    UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND_OUT: tl.constexpr,
                    SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                   PIPE: tl.constexpr):
+                   PIPE: tl.constexpr, V_T: tl.constexpr):
     kv_head = pid % NUM_KV_HEADS
     item = pid // NUM_KV_HEADS
     chunk = batch_chunk(lens_ptr, starts_ptr, num_seqs, target, target_ragged, min_chunk,
@@ -79,11 +86,12 @@ def _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v
         full_lo = key_lo(ctx - 1, window, chunk_size, USE_WINDOW, USE_CHUNK)
         m_i, l_i, acc = _init_rows(BLOCK_M, HEAD_SIZE)
         acc, m_i, l_i = attend(acc, m_i, l_i, q, lo, hi, full_lo, ctx - n_new + 1, q_pos,
-                               row_lo, k_ptr + kv_head * HEAD_SIZE, v_ptr + kv_head * HEAD_SIZE,
+                               row_lo, k_ptr + kv_head * HEAD_SIZE,
+                               v_ptr + v_head_offset(kv_head, HEAD_SIZE, BLOCK_SIZE, V_T),
                                tables_ptr + seq.to(tl.int64) * stride_bt, offs_d,
                                scale_log2 * q_gain, cap_in * q_gain, cap_out, stride_cb, stride_ct,
-                               BLOCK_SIZE, BLOCK_N, QT > 1, SOFT_CAP, UPCAST, SPLIT_P,
-                               DOT_PRECISION, FP8, PIPE)
+                               stride_vb, BLOCK_SIZE, BLOCK_N, QT > 1, SOFT_CAP, UPCAST, SPLIT_P,
+                               DOT_PRECISION, FP8, PIPE, V_T)
         if n_splits == 1:
             out = finish(acc, m_i, l_i, _row_sinks(sinks_ptr, heads, r_ok, HAS_SINK), v_scale,
                          HAS_SINK)
@@ -114,12 +122,12 @@ def _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v
 def _large_program(pid, out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, starts_ptr,
                    sinks_ptr, seq0, num_large, m_blocks, window, chunk_size, scale_log2, cap_in,
                    cap_out, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb,
-                   stride_ct, stride_bt, NUM_Q_HEADS: tl.constexpr, QPK: tl.constexpr,
+                   stride_ct, stride_vb, stride_bt, NUM_Q_HEADS: tl.constexpr, QPK: tl.constexpr,
                    HEAD_SIZE: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr,
                    SOFT_CAP: tl.constexpr, HAS_SINK: tl.constexpr, UPCAST: tl.constexpr,
                    FP8: tl.constexpr, ROUND_OUT: tl.constexpr, SPLIT_P: tl.constexpr,
-                   DOT_PRECISION: tl.constexpr):
+                   DOT_PRECISION: tl.constexpr, V_T: tl.constexpr):
     q_head = pid % NUM_Q_HEADS
     tile = pid // NUM_Q_HEADS
     m_block = m_blocks - 1 - tile // num_large
@@ -146,11 +154,11 @@ def _large_program(pid, out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, star
                                last_pos + 1,
                                key_lo(last_pos, window, chunk_size, USE_WINDOW, USE_CHUNK),
                                first_pos + 1, q_pos, row_lo, k_ptr + kv_head * HEAD_SIZE,
-                               v_ptr + kv_head * HEAD_SIZE,
+                               v_ptr + v_head_offset(kv_head, HEAD_SIZE, BLOCK_SIZE, V_T),
                                tables_ptr + seq.to(tl.int64) * stride_bt, offs_d,
                                scale_log2 * q_gain, cap_in * q_gain, cap_out, stride_cb, stride_ct,
-                               BLOCK_SIZE, BLOCK_N, True, SOFT_CAP, UPCAST, SPLIT_P, DOT_PRECISION,
-                               FP8, False)
+                               stride_vb, BLOCK_SIZE, BLOCK_N, True, SOFT_CAP, UPCAST, SPLIT_P,
+                               DOT_PRECISION, FP8, False, V_T)
         sink = _row_sinks(sinks_ptr, q_head + offs_m * 0, m_mask, HAS_SINK)
         out = finish(acc, m_i, l_i, sink, v_scale, HAS_SINK)
         if ROUND_OUT:
@@ -168,7 +176,7 @@ def paged_attention_kernel(
     out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr,
     starts_ptr, sinks_ptr, num_small, target, target_ragged, min_chunk, forced, num_large,
     m_blocks, large_programs, window, chunk_size, scale_log2, cap_in, cap_out, v_scale,
-    stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_ct, stride_bt,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_ct, stride_vb, stride_bt,
     NUM_KV_HEADS: tl.constexpr, QPK: tl.constexpr, HEAD_SIZE: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, QT: tl.constexpr, ROWS: tl.constexpr, RP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_TILE: tl.constexpr,
@@ -177,7 +185,7 @@ def paged_attention_kernel(
     HAS_LARGE: tl.constexpr, Q_STARTS: tl.constexpr, USE_WINDOW: tl.constexpr,
     USE_CHUNK: tl.constexpr, SOFT_CAP: tl.constexpr, HAS_SINK: tl.constexpr,
     UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND_OUT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, PIPE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PIPE: tl.constexpr, V_T: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if HAS_LARGE:
@@ -185,28 +193,29 @@ def paged_attention_kernel(
             _large_program(pid, out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, starts_ptr,
                            sinks_ptr, num_small, num_large, m_blocks, window, chunk_size,
                            scale_log2, cap_in, cap_out, v_scale, stride_qt, stride_qh,
-                           stride_ot, stride_oh, stride_cb, stride_ct, stride_bt,
+                           stride_ot, stride_oh, stride_cb, stride_ct, stride_vb, stride_bt,
                            NUM_KV_HEADS * QPK, QPK, HEAD_SIZE, BLOCK_SIZE, LARGE_M, LARGE_N,
                            USE_WINDOW, USE_CHUNK, SOFT_CAP, HAS_SINK, UPCAST, FP8, ROUND_OUT,
-                           LARGE_SPLIT_P, DOT_PRECISION)
+                           LARGE_SPLIT_P, DOT_PRECISION, V_T)
         elif HAS_SMALL:
             _small_program(pid - large_programs, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr,
                            k_ptr, v_ptr, tables_ptr, lens_ptr, starts_ptr, sinks_ptr, num_small,
                            target, target_ragged, min_chunk, forced, window, chunk_size,
                            scale_log2, cap_in, cap_out, v_scale, stride_qt, stride_qh,
-                           stride_ot, stride_oh, stride_cb, stride_ct, stride_bt, NUM_KV_HEADS,
-                           QPK, QT, ROWS, RP, BLOCK_M, HEAD_SIZE, BLOCK_SIZE, BLOCK_N, SEQ_TILE,
-                           BLOCK_S, Q_STARTS, USE_WINDOW, USE_CHUNK, SOFT_CAP, HAS_SINK, FUSED,
-                           UPCAST, FP8, ROUND_OUT, SPLIT_P, DOT_PRECISION, PIPE)
+                           stride_ot, stride_oh, stride_cb, stride_ct, stride_vb, stride_bt,
+                           NUM_KV_HEADS, QPK, QT, ROWS, RP, BLOCK_M, HEAD_SIZE, BLOCK_SIZE,
+                           BLOCK_N, SEQ_TILE, BLOCK_S, Q_STARTS, USE_WINDOW, USE_CHUNK, SOFT_CAP,
+                           HAS_SINK, FUSED, UPCAST, FP8, ROUND_OUT, SPLIT_P, DOT_PRECISION, PIPE,
+                           V_T)
     else:
         _small_program(pid, out_ptr, part_ptr, lse_ptr, counter_ptr, q_ptr, k_ptr, v_ptr,
                        tables_ptr, lens_ptr, starts_ptr, sinks_ptr, num_small, target,
                        target_ragged, min_chunk, forced, window, chunk_size, scale_log2, cap_in,
                        cap_out, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb,
-                       stride_ct, stride_bt, NUM_KV_HEADS, QPK, QT, ROWS, RP, BLOCK_M, HEAD_SIZE,
-                       BLOCK_SIZE, BLOCK_N, SEQ_TILE, BLOCK_S, Q_STARTS, USE_WINDOW, USE_CHUNK,
-                       SOFT_CAP, HAS_SINK, FUSED, UPCAST, FP8, ROUND_OUT, SPLIT_P,
-                       DOT_PRECISION, PIPE)
+                       stride_ct, stride_vb, stride_bt, NUM_KV_HEADS, QPK, QT, ROWS, RP, BLOCK_M,
+                       HEAD_SIZE, BLOCK_SIZE, BLOCK_N, SEQ_TILE, BLOCK_S, Q_STARTS, USE_WINDOW,
+                       USE_CHUNK, SOFT_CAP, HAS_SINK, FUSED, UPCAST, FP8, ROUND_OUT, SPLIT_P,
+                       DOT_PRECISION, PIPE, V_T)
 
 
 @triton.jit(do_not_specialize=["num_seqs", *_SCALARS[1:5], "window", "chunk_size"])

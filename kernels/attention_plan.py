@@ -61,6 +61,7 @@ class Shape:
     num_sms: int
     interpret: bool
     q_starts: bool
+    v_transposed: bool = False  # V stored per block as [kv_heads, head_size, block_size]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,14 @@ def make_plan(sh: Shape) -> Plan:
     consts = {**small, **large}  # a mixed launch takes the query tiles' warps and stages
     fp8 = is_fp8(sh.kv_dtype)
     consts["FP8"] = consts["FP8"] if fp8 else 0
+    # A transposed V: block slices (2) where every range starts on a tile, which only a window
+    # or a local chunk prevents, else element by element (1); widened by Triton's cast once
+    # its slices are laid out as the dot takes them; the hand pipeline reads token-major V only.
+    consts["V_T"] = 0 if not sh.v_transposed else 1 if sh.window or sh.chunk else 2
+    if sh.v_transposed:
+        consts["FP8"] = min(consts["FP8"], 1)
+        if consts["PIPE"] == 2:
+            consts["PIPE"] = 0 if sh.interpret else 1
     bf16_cpu = sh.interpret and sh.dtype == torch.bfloat16
     consts.update(NUM_KV_HEADS=sh.num_kv_heads, QPK=sh.num_q_heads // sh.num_kv_heads,
                   HEAD_SIZE=sh.head_size, BLOCK_SIZE=sh.block_size, HAS_SMALL=sh.num_small > 0,

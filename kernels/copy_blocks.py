@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.cache_layout import is_transposed_v
 from kernels.launch import check_kv_cache, for_device, next_power_of_2
 
 CHUNK_ELEMENTS = 8192
@@ -77,7 +78,7 @@ def copy_blocks(
 
     Args:
         k_cache, v_cache: `[num_blocks, block_size, num_kv_heads, head_size]`, each block
-            contiguous.
+            contiguous (V token-major or transposed per block: kernels/cache_layout.py).
         plan: `(src, dst)` pairs as a list or an int `[num_pairs, 2]` tensor.
         chunk_elements: elements per program (a tuning knob).
 
@@ -86,7 +87,8 @@ def copy_blocks(
     """
     num_blocks, block_size, num_kv_heads, head_size = check_kv_cache(k_cache, v_cache)
     for cache in (k_cache, v_cache):
-        if cache.stride(2) != head_size or cache.stride(1) != num_kv_heads * head_size:
+        token_major = cache.stride(2) == head_size and cache.stride(1) == num_kv_heads * head_size
+        if not (token_major or is_transposed_v(cache)):
             raise ValueError("caches: each block must be one contiguous run")
     pairs = copy_plan_tensor(plan, num_blocks, k_cache.device)
     if pairs.shape[0] == 0:

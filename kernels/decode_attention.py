@@ -39,12 +39,13 @@ def clear_launch_cache() -> None:
 def _plan(q: torch.Tensor, k_cache: torch.Tensor, block_size: int, num_kv_heads: int,
           head_size: int, max_context_len: int, window: int | None, chunk: int | None,
           soft_cap: float | None, has_sink: bool, scale: float | None, k_scale: float,
-          v_scale: float, num_splits: int | None, config: DecodeConfig | None) -> Plan:
+          v_scale: float, num_splits: int | None, config: DecodeConfig | None,
+          v_transposed: bool) -> Plan:
     sh = Shape(q.shape[0], 1, 0, 1, max_span(max_context_len, 1, window, chunk), q.shape[1],
                num_kv_heads, head_size, block_size, q.dtype, k_cache.dtype, window, chunk,
                soft_cap, has_sink, head_size**-0.5 if scale is None else scale, k_scale,
                v_scale, num_splits or 0, config, None, num_sms(q.device),
-               q.device.type == "cpu", False)
+               q.device.type == "cpu", False, v_transposed)
     return cached_plan(sh)
 
 
@@ -140,7 +141,8 @@ def paged_decode_attention(
         max_context_len = int(lens.max().item())
     check_variants(q.shape[1], sinks, soft_cap, sliding_window, attention_chunk_size, device)
     plan = _plan(q, k_cache, *geom[:3], max_context_len, sliding_window, attention_chunk_size,
-                 soft_cap, sinks is not None, scale, k_scale, v_scale, num_splits, config)
+                 soft_cap, sinks is not None, scale, k_scale, v_scale, num_splits, config,
+                 geom[8])
     run_plan(plan, geom, out, q, k_cache, v_cache, tables, lens, lens,
              lens if sinks is None else sinks)
     if key is not None and tables is block_tables and lens is context_lens:

@@ -21,6 +21,8 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
+from kernels.cache_layout import is_transposed_v
+
 _VARIANTS: dict[tuple[Any, bool], Any] = {}
 _HELPERS: dict[Any, InterpretedFunction] = {}
 
@@ -120,7 +122,8 @@ def check_kv_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, i
     """Check the paged cache pair and return (num_blocks, block_size, num_kv_heads, head_size).
 
     Layout: `[num_blocks, block_size, num_kv_heads, head_size]` for K and V separately (vLLM's
-    flash layout); the head dimension must be contiguous so that a token's head row is one run.
+    flash layout); the head dimension must be contiguous so that a token's head row is one run,
+    except in a V cache stored transposed per block (kernels/cache_layout.py).
     """
     if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
         raise ValueError(
@@ -131,8 +134,9 @@ def check_kv_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, i
         raise ValueError(f"caches: dtypes {k_cache.dtype}/{v_cache.dtype} unsupported or different")
     if k_cache.device != v_cache.device:
         raise ValueError("caches: K and V on different devices")
-    if k_cache.stride()[3] != 1 or v_cache.stride()[3] != 1:
-        raise ValueError("caches: head_size dimension must be contiguous (stride 1)")
+    if k_cache.stride()[3] != 1 or not (v_cache.stride()[3] == 1 or is_transposed_v(v_cache)):
+        raise ValueError("caches: head_size dimension must be contiguous (stride 1), or V "
+                         "stored transposed per block (kernels/cache_layout.py)")
     num_blocks, block_size, num_kv_heads, head_size = k_cache.shape
     return num_blocks, block_size, num_kv_heads, head_size
 
@@ -149,6 +153,10 @@ def kernel_block_view(cache: torch.Tensor, kernel_block_size: int | None) -> tor
     if kernel_block_size < 1 or cache.shape[1] % kernel_block_size:
         raise ValueError(f"kernel_block_size {kernel_block_size} must divide the cache's block "
                          f"size {cache.shape[1]}")
+    if is_transposed_v(cache):
+        raise ValueError("kernel_block_size: a V cache stored transposed per block cannot be "
+                         "read as smaller kernel blocks; allocate V token-major "
+                         "(cache_layout.new_kv_cache(..., v_layout='token_major'))")
     ratio = cache.shape[1] // kernel_block_size
     try:
         return cache.view(cache.shape[0] * ratio, kernel_block_size, *cache.shape[2:])

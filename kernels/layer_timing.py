@@ -4,12 +4,14 @@
 vLLM: "auto" = the model dtype, "bf16", "fp16" or "fp8", e4m3 with per-tensor scales) and
 builds the calls of one step's attention: decode batches (any context lengths, ragged too),
 extends (new tokens over cached prefixes) and mixed batches (decodes plus prefill chunks in one
-launch). Block tables are random permutations of the cache's blocks. `*_us` return the median
-microseconds of `triton.testing.do_bench` (L2 flushed before every run).
+launch). Block tables are random permutations of the cache's blocks. V is laid out as
+`v_layout` says (kernels/cache_layout.py: fp8 transposed per block by default). `*_us` return
+the median microseconds of `triton.testing.do_bench` (L2 flushed before every run).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ import torch
 from triton.testing import do_bench, do_bench_cudagraph
 
 from kernels.attention import paged_attention
+from kernels.cache_layout import is_transposed_v, v_transposed_for, with_v_layout
 from kernels.decode_attention import paged_decode_attention
 from kernels.fp8 import FP8_DTYPE, quantize
 from kernels.prefill_attention import paged_prefill_attention
@@ -76,7 +79,7 @@ class AttentionTimer:
 
     def __init__(self, shape: LayerShape, num_blocks: int, kv_cache_dtype: str = "auto",
                  device: str = "cuda", seed: int = 0, k_scale: float = 0.05,
-                 v_scale: float = 0.05) -> None:
+                 v_scale: float = 0.05, v_layout: str = "auto") -> None:
         self.shape, self.device = shape, torch.device(device)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.kv_dtype = cache_dtype(kv_cache_dtype, shape.dtype)
@@ -85,6 +88,20 @@ class AttentionTimer:
         dims = (num_blocks, shape.block_size, shape.num_kv_heads, shape.head_size)
         self.k = self._values(dims, self.k_scale, fp8)
         self.v = self._values(dims, self.v_scale, fp8)
+        if v_transposed_for(self.kv_dtype, v_layout):
+            self.v = with_v_layout(self.v, "transposed")
+
+    def relaid(self, v_layout: str) -> AttentionTimer:
+        """The same timer (K, block tables' generator state aside) over a copy of V laid out
+        as `v_layout` ("token_major" or "transposed")."""
+        other = copy.copy(self)
+        other.gen = torch.Generator(device=self.device).manual_seed(self.gen.initial_seed())
+        other.v = with_v_layout(self.v, v_layout)
+        return other
+
+    @property
+    def v_layout(self) -> str:
+        return "transposed" if is_transposed_v(self.v) else "token_major"
 
     def _values(self, dims: tuple[int, ...], scale: float, fp8: bool) -> torch.Tensor:
         x = torch.randn(dims, device=self.device, generator=self.gen, dtype=self.shape.dtype)

@@ -3,7 +3,9 @@
 Each token's `[num_kv_heads, head_size]` row is one contiguous run both in the projection
 output and in the cache slot, so a program copies a `[BLOCK_T, BLOCK_R]` tile of rows with
 16-byte vector loads and stores. A slot of -1 marks a padding token: its row is skipped.
-An fp8 cache is written quantised, `x / k_scale` and `x / v_scale` (kernels/fp8.py).
+An fp8 cache is written quantised, `x / k_scale` and `x / v_scale` (kernels/fp8.py). A V
+cache stored transposed per block (kernels/cache_layout.py) takes a row's elements
+`block_size` apart: `(head, dim)` of a slot sits at `(head * head_size + dim) * block_size`.
 
     slot = block_id * block_size + offset      (block_id from the sequence's block table)
 """
@@ -14,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.cache_layout import is_transposed_v
 from kernels.fp8 import inv_scale, is_fp8, to_e4m3
 from kernels.launch import (
     SUPPORTED_DTYPES,
@@ -49,6 +52,7 @@ def _reshape_and_cache_kernel(
     BLOCK_R: tl.constexpr,
     FP8: tl.constexpr,
     ROUND: tl.constexpr,
+    V_ELEM: tl.constexpr,  # V's element stride within a slot's row: 1, or block_size
 ):
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -66,7 +70,7 @@ def _reshape_and_cache_kernel(
     if FP8:
         value = to_e4m3(value, v_inv, ROUND)
     vc_row = (block_id * stride_vcb + block_off * stride_vct)[:, None]
-    tl.store(v_cache_ptr + vc_row + offs_r[None, :], value, mask=mask)
+    tl.store(v_cache_ptr + vc_row + offs_r[None, :] * V_ELEM, value, mask=mask)
 
 
 def _check_rows(name: str, x: torch.Tensor, cache: torch.Tensor) -> None:
@@ -99,7 +103,8 @@ def reshape_and_cache(
     Args:
         key, value: `[num_tokens, num_kv_heads, head_size]`; the token stride may be anything
             (e.g. a slice of a fused QKV output), the rest must be contiguous.
-        k_cache, v_cache: `[num_blocks, block_size, num_kv_heads, head_size]`.
+        k_cache, v_cache: `[num_blocks, block_size, num_kv_heads, head_size]`; V may be
+            stored transposed per block (kernels/cache_layout.py).
         slot_mapping: `[num_tokens]` slot ids; -1 skips the token.
         tile_elements: elements of K (and of V) one program moves; a tuning knob.
         k_scale, v_scale: per-tensor scales of an fp8 cache (ignored otherwise).
@@ -114,8 +119,10 @@ def reshape_and_cache(
     _, block_size, num_kv_heads, head_size = check_kv_cache(k_cache, v_cache)
     _check_rows("key", key, k_cache)
     _check_rows("value", value, v_cache)
-    if k_cache.stride(2) != head_size or v_cache.stride(2) != head_size:
-        raise ValueError("caches: each slot's [num_kv_heads, head_size] row must be contiguous")
+    v_t = is_transposed_v(v_cache)
+    if k_cache.stride(2) != head_size or not (v_cache.stride(2) == head_size or v_t):
+        raise ValueError("caches: each slot's [num_kv_heads, head_size] row must be contiguous "
+                         "(V may be stored transposed per block: kernels/cache_layout.py)")
     num_tokens = key.shape[0]
     if value.shape[0] != num_tokens:
         raise ValueError(f"value: {value.shape[0]} tokens, key has {num_tokens}")
@@ -149,5 +156,6 @@ def reshape_and_cache(
         BLOCK_R=block_r,
         FP8=is_fp8(k_cache.dtype),
         ROUND=key.device.type == "cpu",
+        V_ELEM=block_size if v_t else 1,
         num_warps=4,
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from kernels.cache_layout import as_v_layout, v_transposed_for
 from kernels.execute.arch import Architecture
 from kernels.execute.fused import rope_cache
 from kernels.fp8 import FP8_DTYPE, inv_scale, quantize
@@ -161,9 +162,10 @@ class Engine:
                     flat[start : start + n] = quantize(x.normal_(generator=gen), scale)
 
     def cache(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(K, V) cache `[num_blocks, block_size, kv_heads, head_dim]` of `layer`."""
+        """(K, V) cache `[num_blocks, block_size, kv_heads, head_dim]` of `layer`; an fp8 V
+        is stored transposed per block (kernels/cache_layout.py)."""
         pair = self.kv[layer % self.kv.shape[0]]
-        return pair[0], pair[1]
+        return pair[0], as_v_layout(pair[1])
 
     def cpu_cache(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(K, V) host cache of `layer` (swaps)."""
@@ -187,6 +189,7 @@ class Engine:
         return {"kv_layers": self.kv_layers, "num_layers": self.arch.num_layers,
                 "kv_bytes": self.kv.numel() * self.kv.element_size(),
                 "kv_dtype": str(self.kv.dtype).removeprefix("torch."),
+                "v_layout": "transposed" if v_transposed_for(self.kv.dtype) else "token_major",
                 "k_scale": self.k_scale, "v_scale": self.v_scale,
                 "kv_all_layers": self.kv_layers == self.arch.num_layers,
                 "cpu_kv_layers": 0 if self.cpu_kv is None else self.cpu_kv.shape[0],

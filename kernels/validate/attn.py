@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.cache_layout import cache_rows
 from kernels.decode_attention import paged_decode_attention
 from kernels.launch import as_block_tables
 from kernels.prefill_attention import paged_prefill_attention
@@ -87,7 +88,7 @@ def _gathered(rp: Replay, table: list[int], ctx: int, lo: int
     out = []
     for cache in (rp.k_cache, rp.v_cache):
         rows = torch.zeros((ctx, *cache.shape[2:]), dtype=cache.dtype, device=cache.device)
-        rows[lo:] = cache.reshape(-1, *cache.shape[2:])[slots]
+        rows[lo:] = cache_rows(cache, slots)
         out.append(rows)
     return out[0], out[1]
 
@@ -198,9 +199,8 @@ def diagnose(rp: Replay, s: SeqRecord, window: int | None) -> str:
     st = rp.seqs[s.request_id]
     lo = attended_from(s, window)
     slots = torch.as_tensor(rp.slots_of(s.block_table, lo, s.end), device=rp.k_cache.device)
-    flat = rp.k_cache.shape[0] * rp.block_size
-    k = rp.k_cache.reshape(flat, -1)[slots].float()
-    v = rp.v_cache.reshape(flat, -1)[slots].float()
+    k = cache_rows(rp.k_cache, slots).reshape(len(slots), -1).float()
+    v = cache_rows(rp.v_cache, slots).reshape(len(slots), -1).float()
     want_k = st.k[lo:s.end].reshape(len(slots), -1).float()
     want_v = st.v[lo:s.end].reshape(len(slots), -1).float()
     same = ((k == want_k) | (k.isnan() & want_k.isnan())).all(1) & (v == want_v).all(1)

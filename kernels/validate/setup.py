@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from kernels.cache_layout import as_v_layout, is_transposed_v, new_kv_cache
 from kernels.fp8 import FP8_DTYPE
 from kernels.swap import allocate_cpu_cache
 from kernels.validate.kv_content import KVContent
@@ -85,10 +86,10 @@ def _caches(hdr: LogHeader, layout: Layout, device: torch.device, fill: float
             memory["fits"] = False
         else:
             memory.update(allocated=True, fits=True)
-            k, v = pool[0, 0], pool[0, 1]
+            k, v = pool[0, 0], as_v_layout(pool[0, 1])
     if not memory["allocated"]:
-        k = torch.empty(shape, dtype=layout.kv_dtype, device=device)
-        v = torch.empty_like(k)
+        k, v = new_kv_cache(*shape, layout.kv_dtype, device)
+    memory["v_layout"] = "transposed" if is_transposed_v(v) else "token_major"
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         memory.update(free_after_bytes=free, device_total_bytes=total)

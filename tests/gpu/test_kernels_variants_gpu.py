@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from allocator.block_table import BlockTable
+from kernels.cache_layout import cache_rows, new_kv_cache, with_v_layout
 from kernels.decode_attention import paged_decode_attention
 from kernels.decode_config import DecodeConfig
 from kernels.fp8 import quantize
@@ -34,10 +35,11 @@ LENS = [1, 15, 16, 17, 1000, 2047, 4096, 9001]
 SEQS = [(700, 700), (2048 + 517, 517), (1500, 1), (6000, 16), (300, 7)]
 
 
-def _fp8_case(lens, var, hkv=8, d=128, bs=16, dtype=torch.bfloat16):
+def _fp8_case(lens, var, hkv=8, d=128, bs=16, dtype=torch.bfloat16, v_layout="token_major"):
     case = make_case(lens, hkv, d, bs, dtype, DEV)
     case.k_cache = quantize(case.k_cache.float() * var.k_scale * 4, var.k_scale)
-    case.v_cache = quantize(case.v_cache.float() * var.v_scale * 4, var.v_scale)
+    v = quantize(case.v_cache.float() * var.v_scale * 4, var.v_scale)
+    case.v_cache = with_v_layout(v, v_layout)
     return case
 
 
@@ -86,13 +88,31 @@ def test_reshape_and_cache_fp8_bit_exact():
     assert torch.equal(got_v.view(torch.uint8), quantize(value, 0.011).view(torch.uint8)), seed
 
 
+def test_reshape_and_cache_fp8_transposed_v():
+    """Writes into a V stored transposed per block land bit for bit where token-major V's do."""
+    seed = fresh_seed()
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    key = torch.randn((4000, 8, 128), generator=gen, device=DEV).to(torch.bfloat16)
+    value = (torch.randn((4000, 8, 128), generator=gen, device=DEV) * 30).to(torch.bfloat16)
+    slots = torch.randperm(512 * 16, generator=gen, device=DEV)[:4000]
+    k, v = new_kv_cache(512, 16, 8, 128, torch.float8_e4m3fn, DEV, v_layout="transposed")
+    reshape_and_cache(key, value, k, v, slots, k_scale=0.37, v_scale=0.011)
+    got = cache_rows(v, slots).view(torch.uint8)
+    assert torch.equal(got, quantize(value, 0.011).view(torch.uint8)), seed
+
+
+LAYOUTS = ["token_major", "transposed"]
+
+
+@pytest.mark.parametrize("v_layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kw", [{}, {"num_splits": 5}, {"sliding_window": 1000}])
-def test_decode_fp8(dtype, kw):
-    """Decode over an fp8 cache against float64 over the dequantised values."""
+def test_decode_fp8(dtype, kw, v_layout):
+    """Decode over an fp8 cache (V token-major or transposed per block) against float64 over
+    the dequantised values."""
     kw = dict(kw)
     var = Variant(k_scale=0.02, v_scale=0.5, window=kw.pop("sliding_window", None))
-    case = _fp8_case(LENS, var)
+    case = _fp8_case(LENS, var, v_layout=v_layout)
     err = _decode(case, LENS, var, dtype, **kw)
     assert err < TOLERANCE[dtype], f"seed {case.seed}: {err:.3e}"
 
@@ -135,26 +155,46 @@ PIPELINE_CASES = {
 }
 
 
-@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("fp8", [False, True, "transposed"])
 @pytest.mark.parametrize("name", list(PIPELINE_CASES))
 def test_decode_pipelines(name, fp8):
     """The block table read through PTX (Triton multi-buffers K/V) and the hand-prefetched
-    loop, bf16 and fp8 caches, whole and split, against float64."""
+    loop (which a transposed V replaces by the PTX table read), bf16 and fp8 caches, whole and
+    split, against float64."""
     var = Variant(k_scale=0.02, v_scale=0.5) if fp8 else Variant()
-    case = _fp8_case(LENS, var) if fp8 else make_case(LENS, 8, 128, 16, torch.bfloat16, DEV)
+    layout = "transposed" if fp8 == "transposed" else "token_major"
+    case = (_fp8_case(LENS, var, v_layout=layout) if fp8
+            else make_case(LENS, 8, 128, 16, torch.bfloat16, DEV))
     for kw in ({}, {"num_splits": 7}):
         err = _decode(case, LENS, var, config=PIPELINE_CASES[name], **kw)
         assert err < TOLERANCE[torch.bfloat16], f"{kw} seed {case.seed}: {err:.3e}"
 
 
-def test_prefill_and_extend_fp8():
+@pytest.mark.parametrize("v_layout", LAYOUTS)
+def test_prefill_and_extend_fp8(v_layout):
     """Prefill chunks and short extends over an fp8 cache."""
     var = Variant(k_scale=0.02, v_scale=0.5)
-    case = _fp8_case([c for c, _ in SEQS], var)
+    case = _fp8_case([c for c, _ in SEQS], var, v_layout=v_layout)
     assert _prefill(case, SEQS, var) < TOLERANCE[torch.bfloat16], f"seed {case.seed}"
     short = [(c, n) for c, n in SEQS if n <= 16]
-    case = _fp8_case([c for c, _ in short], var)
+    case = _fp8_case([c for c, _ in short], var, v_layout=v_layout)
     assert _prefill(case, short, var) < TOLERANCE[torch.bfloat16], f"seed {case.seed}"
+
+
+@pytest.mark.parametrize(("hq", "hkv", "d", "bs"),
+                         [(32, 8, 128, 8), (32, 8, 128, 32), (16, 2, 64, 64), (8, 8, 256, 16),
+                          (28, 4, 128, 64)])
+def test_transposed_v_head_and_block_sizes(hq, hkv, d, bs):
+    """fp8 over a transposed V: decode (whole and split), prefill chunks and extends, GQA groups
+    1-8, head sizes 64-256, blocks of 8-64 tokens (tiles of several blocks, tiles inside one)."""
+    var = Variant(k_scale=0.02, v_scale=0.5)
+    case = _fp8_case(LENS, var, hkv=hkv, d=d, bs=bs, v_layout="transposed")
+    for kw in ({}, {"num_splits": 3}):
+        err = _decode(case, LENS, var, hq=hq, **kw)
+        assert err < TOLERANCE[torch.bfloat16], f"{kw} seed {case.seed}: {err:.3e}"
+    case = _fp8_case([c for c, _ in SEQS], var, hkv=hkv, d=d, bs=bs, v_layout="transposed")
+    err = _prefill(case, SEQS, var, hq=hq)
+    assert err < TOLERANCE[torch.bfloat16], f"seed {case.seed}: {err:.3e}"
 
 
 VARIANTS = {

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels.cache_layout import as_v_layout, set_cache_rows
 from kernels.execute.arch import Architecture
 from kernels.execute.batch import StepBatch, capture_sizes, make_batch
 from kernels.execute.forward import Forward
@@ -81,7 +82,7 @@ def _moe(e: Engine, h: torch.Tensor, routing: Any, layer: int) -> torch.Tensor:
 
 def _attention(e: Engine, batch: StepBatch, q: torch.Tensor, kv: torch.Tensor,
                layer: int) -> torch.Tensor:
-    kc, vc = kv[layer % kv.shape[0], 0], kv[layer % kv.shape[0], 1]
+    kc, vc = kv[layer % kv.shape[0], 0], as_v_layout(kv[layer % kv.shape[0], 1])
     scales = {"k_scale": e.k_scale, "v_scale": e.v_scale} if e.arch.fp8_kv else {}
     var = Variant(window=e.arch.window(layer), sinks=e.layer.sinks, **scales)
     rows = batch.num_decode_rows
@@ -116,10 +117,9 @@ def reference_logits(e: Engine, batch: StepBatch, kv: torch.Tensor, routing: Any
             q, k = _norm(q, w.q_norm, eps), _norm(k, w.k_norm, eps)
         q, k = _rope(q, pos, a.rope_theta), _rope(k, pos, a.rope_theta)
         pair = kv[layer % kv.shape[0]]
-        for i, rows, scale in ((0, k, e.k_scale), (1, v, e.v_scale)):
+        for cache, rows, scale in ((pair[0], k, e.k_scale), (as_v_layout(pair[1]), v, e.v_scale)):
             new = rows[real].to(e.dtype)  # the projection's output, as the kernels see it
-            pair[i].view(-1, a.num_kv_heads, d)[slots[real]] = (
-                quantize(new, scale) if a.fp8_kv else new)
+            set_cache_rows(cache, slots[real], quantize(new, scale) if a.fp8_kv else new)
         attn = _attention(e, batch, q.to(e.dtype), kv, layer).double()
         residual = residual + attn.flatten(1) @ w.o.double().T
         h = _norm(residual, w.ln2, eps)
