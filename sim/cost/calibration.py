@@ -10,6 +10,7 @@ cache dtype is its `model.kv_cache_dtype` (the model dtype where absent); a run'
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -131,10 +132,23 @@ def read_calibration(path: str | Path) -> Calibration:
                        str(data.get("date", "?")), points, kv_dtype_of(data["model"], str(path)))
 
 
+def shipped_stamp() -> tuple[Any, ...]:
+    """The directory, then (name, mtime in ns, size) of every shipped artefact: what `shipped`
+    is read again for."""
+    return (str(SHIPPED_DIR), *((p.name, (st := p.stat()).st_mtime_ns, st.st_size)
+                                for p in sorted(SHIPPED_DIR.glob("*.json"))))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_shipped(stamp: tuple[Any, ...]) -> tuple[Calibration, ...]:
+    return tuple(replace(read_calibration(Path(stamp[0]) / name),
+                         source=f"sim/cost/calibrations/{name}") for name, _, _ in stamp[1:])
+
+
 def shipped() -> list[Calibration]:
-    """Every artefact in sim/cost/calibrations/, by file name."""
-    return [replace(read_calibration(p), source=f"sim/cost/calibrations/{p.name}")
-            for p in sorted(SHIPPED_DIR.glob("*.json"))]
+    """Every artefact in sim/cost/calibrations/, by file name (read once per process while the
+    files stay as they are; the Calibration objects are shared: do not change their points)."""
+    return list(_read_shipped(shipped_stamp()))
 
 
 def find_shipped(model: ModelConfig, gpu: GpuSpec, tp: int, kv_dtype: str) -> Calibration | None:

@@ -13,12 +13,16 @@ Every model built here carries a `description` the run prints.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from sim.cost.calibration import (
     Calibration,
     find_shipped,
     read_calibration,
     run_kv_dtype,
     shipped,
+    shipped_stamp,
 )
 from sim.cost.gpus import GpuSpec
 from sim.cost.model_config import ModelConfig
@@ -35,6 +39,19 @@ from sim.cost.step_roofline import RooflineStepModel
 
 SPECS = ("fit", "calibrated", "auto")
 MIN_SHAPES = 2  # model shapes of one GPU that the calibrated roofline fits on their own
+# Fitted coefficients of the shipped artefacts, per process (a run builds its step model once
+# per allocator, a sweep once per cell; forked workers inherit what the parent fitted), keyed
+# on the files' names, times and sizes. Coefficients are frozen and never changed by a model.
+_FITTED: dict[tuple[Any, ...], Any] = {}
+
+
+def _fitted(key: tuple[Any, ...], fit: Callable[[], Any]) -> Any:
+    key = (shipped_stamp(), *key)
+    if key not in _FITTED:
+        if len(_FITTED) >= 64:
+            _FITTED.clear()
+        _FITTED[key] = fit()
+    return _FITTED[key]
 
 
 def make_fit(arg: str, model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype: str,
@@ -56,7 +73,9 @@ def make_fit(arg: str, model: ModelConfig, gpu: GpuSpec, tp: int, kv_cache_dtype
                              f"({model.dtype}, kv {kv}) on {gpu.name} at tp {tp} (use "
                              "--step-model calibrated, or fit:FILE)")
         cal = found
-    coef = fit_shape(samples(cal))
+    coef = (fit_shape(samples(cal)) if arg else
+            _fitted(("fit", cal.source, cal.model, cal.gpu_name, cal.kv_dtype),
+                    lambda: fit_shape(samples(cal))))
     return FitStepModel(model, gpu, tp, coef, f"fit: {cal.describe()}",
                         kv_cache_dtype=kv_cache_dtype)
 
@@ -114,8 +133,9 @@ def make_calibrated(model: ModelConfig, gpu: GpuSpec, tp: int,
     if not cals:
         raise ValueError("--step-model calibrated: no calibration is shipped in "
                          "sim/cost/calibrations/ (use roofline)")
-    coef, cals, how = calibrated_coefficients(
-        cals, gpu, run_kv_dtype(model, kv_cache_dtype).startswith("fp8"), model.moe)
+    fp8 = run_kv_dtype(model, kv_cache_dtype).startswith("fp8")
+    coef, cals, how = _fitted(("calibrated", gpu, fp8, model.moe),
+                              lambda: calibrated_coefficients(cals, gpu, fp8, model.moe))
     names = ", ".join(sorted({c.model.name + (" (kv fp8)" if c.kv_dtype.startswith("fp8")
                                               else "") for c in cals}))
     where = ", ".join(sorted({c.gpu_name for c in cals}))

@@ -234,3 +234,27 @@ def test_scaled_to_matches_a_gpus_own_steps(tmp_path: Path) -> None:
     scaled = scaled_to(coef, own)
     assert all(predicted_graph_s(scaled, s) == pytest.approx(s.graph_s) for s in own)
     assert scaled_to(coef, []) is coef
+
+
+def test_shipped_files_are_read_and_fitted_once_until_they_change(
+        shipped_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second run's step model reuses the first's reading and fit; a changed file (here a
+    new point) is read and fitted again."""
+    from sim.cost import step_specs
+
+    path = _cal(shipped_dir, None, "h200_llama_bf16.json")
+    fits = []
+    real = step_specs.fit_shape
+    monkeypatch.setattr(step_specs, "fit_shape", lambda data: fits.append(1) or real(data))
+    first = calibration.shipped()
+    a = make_step_model("auto", MODEL, GPU)
+    assert calibration.shipped()[0] is first[0]
+    b = make_step_model("auto", MODEL, GPU)
+    assert len(fits) == 1 and b.description == a.description
+    data = json.loads(path.read_text())
+    data["points"].append(data["points"][0])
+    path.write_text(json.dumps(data))
+    assert calibration.shipped()[0] is not first[0]
+    assert len(calibration.shipped()[0].points) == len(first[0].points) + 1
+    make_step_model("auto", MODEL, GPU)
+    assert len(fits) == 2
