@@ -2,7 +2,9 @@
 
 Each run is made once per test session (in-process through ``sim.cli.main``, or
 ``sim.sweep.run.main`` for the sweep) under pytest's session temporary directory and reused by
-every reports test file that asks for it, so the whole reports suite stays fast.
+every reports test file that asks for it, so the whole reports suite stays fast. Every run
+uses the plain roofline step model: the reports read only the results, and the default
+calibrated model spends most of a small run fitting its coefficients.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 _CACHE: dict[str, Path] = {}
-BASE = ["--no-progress", "--num-gpu-blocks", "300"]
+BASE = ["--no-progress", "--num-gpu-blocks", "300", "--step-model", "roofline"]
 
 
 def _simulate(root: Path, name: str, argv: list[str]) -> Path:
@@ -72,7 +74,7 @@ def sweep_dir(factory: pytest.TempPathFactory) -> Path:
         root.mkdir(parents=True, exist_ok=True)
         spec = root / "sweep.toml"
         spec.write_text('[options]\nlimit = 15\nnum_gpu_blocks = 300\nallocators = "paged,max"\n'
-                        "[axes]\nrate_scale = [1, 8]\n", encoding="utf-8")
+                        'step_model = "roofline"\n[axes]\nrate_scale = [1, 8]\n', encoding="utf-8")
         out = root / "sweep"
         with contextlib.redirect_stdout(io.StringIO()):
             code = main([str(spec), "--out", str(out), "--workers", "1", "--no-progress"])
@@ -90,6 +92,7 @@ def capacity_dir(factory: pytest.TempPathFactory) -> Path:
         root.mkdir(parents=True, exist_ok=True)
         spec = root / "capacity.toml"
         spec.write_text('[options]\nlimit = 15\nnum_gpu_blocks = 300\nallocators = "paged,max"\n'
+                        'step_model = "roofline"\n'
                         "[capacity]\nslo = 0.02\ntolerance = 0.5\nmax_rate_scale = 16\n",
                         encoding="utf-8")
         out = root / "capacity_search"

@@ -26,8 +26,9 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def long_log(path: Path, decodes: int = 24) -> Path:
-    """Three prompts, then `decodes` decode steps of all three: few classes, many steps."""
+def long_log(path: Path, decodes: int = 8) -> Path:
+    """Three prompts, then `decodes` decode steps of all three: few classes, many steps (by
+    default 11 steps in 5 classes, of 5, 3, 1, 1 and 1 steps)."""
     kit = LogKit(num_blocks=80, num_cpu_blocks=0)
     for i, rid in enumerate("abc"):
         kit.add(rid, list(range(10 * i + 1, 10 * i + 12)))
@@ -136,7 +137,8 @@ def test_fp8_log_runs_on_fp8_caches(tmp_path: Path) -> None:
 
 
 def test_sampling_caps_and_covers_every_class(tmp_path: Path) -> None:
-    """A long log: at most `per_class` steps of each class, every class executed."""
+    """A long log: at most `per_class` steps of each class (two classes hold more), every
+    class executed."""
     log = long_log(tmp_path / "log.jsonl.gz")
     raw = [o for o in _raw(log) if o["kind"] == "step"]
     classes = {step_key(o, "x") for o in raw}
@@ -148,6 +150,7 @@ def test_sampling_caps_and_covers_every_class(tmp_path: Path) -> None:
     got = [r["class"] for r in rows]
     assert set(got) == classes and max(got.count(c) for c in classes) == 2
     assert len(rows) < len(raw) and sum(header["sampling"]["class_counts"].values()) == len(raw)
+    assert sum(n > 2 for n in header["sampling"]["class_counts"].values()) == 2
     assert opts.traces is not None and sorted(opts.traces) == [r["step"] for r in rows]
     by_step = {o["step"]: o for o in raw}
     for row in rows:

@@ -137,7 +137,8 @@ def test_simulate_report_flag_writes_the_report(tmp_path_factory: pytest.TempPat
                      "2023-11-16 18:15:46.6805900,40,3\n", encoding="utf-8")
     with contextlib.redirect_stdout(io.StringIO()):
         code = simulate([str(trace), "--allocators", "paged", "--num-gpu-blocks", "50",
-                         "--no-progress", "--out", str(tmp_path / "out"), "--report"])
+                         "--step-model", "roofline", "--no-progress", "--out",
+                         str(tmp_path / "out"), "--report"])
     assert code == 0
     html = tmp_path / "out" / "report.html"
     assert {Path(s).stem for s in image_sources(html)} == RUN_PLOTS - {"prefix_cache"}

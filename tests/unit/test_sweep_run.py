@@ -21,10 +21,12 @@ DIE_ENV = "PAGEDSIM_TEST_SWEEP_DIE_AT"
 FAIL_ENV = "PAGEDSIM_TEST_SWEEP_FAIL"
 TRACE = ("Timestamp,Request tokens,Response tokens\n"
          "0,100,30\n0.4,120,20\n0.9,80,40\n1.5,200,25\n2.0,50,20\n")
+# The plain roofline step model: the default calibrated one is fitted at every cell's start.
 GRID = """
 [options]
 trace = "t.csv"
 allocators = "paged,max"
+step_model = "roofline"
 [axes]
 rate_scale = [1, 4]
 block_size = {values = [8, 16]}

@@ -37,10 +37,14 @@ def test_simulate_validate_passes(tmp_path: Path, capsys: pytest.CaptureFixture)
     (on the CPU: the shrunk layer, every step replayed)."""
     trace, model = _inputs(tmp_path)
     out = tmp_path / "out"
+    # --swap-space 0.001 (GiB) is about a thousand CPU blocks of this model; the default 4 GiB
+    # is four million, each allocated and filled by the replay. The plain roofline step model
+    # is not fitted at start as the default calibrated one is.
     code = simulate_main([str(trace), "--model", str(model), "--allocators", "paged",
                           "--num-gpu-blocks", "14", "--block-size", "8", "--no-progress",
                           "--out", str(out), "--validate", "--n", "2", "--sampling-mode", "cow",
-                          "--preemption", "swap"])
+                          "--preemption", "swap", "--swap-space", "0.001",
+                          "--step-model", "roofline"])
     text = capsys.readouterr().out
     assert code == 0, text
     assert "validate paged: " in text and "PASS" in text
