@@ -21,6 +21,7 @@ import torch
 
 FP8_DTYPE = torch.float8_e4m3fn
 V_LAYOUTS = ("auto", "token_major", "transposed")
+V_TRANSPOSED_BY_DEFAULT = frozenset({FP8_DTYPE})  # cache dtypes whose V "auto" transposes
 
 
 def is_transposed_v(v_cache: torch.Tensor) -> bool:
@@ -46,7 +47,7 @@ def v_transposed_for(dtype: torch.dtype, layout: str = "auto") -> bool:
     """Whether a V cache of `dtype` is allocated transposed under `layout` (V_LAYOUTS)."""
     if layout not in V_LAYOUTS:
         raise ValueError(f"v_layout {layout!r}: expected one of {', '.join(V_LAYOUTS)}")
-    return layout == "transposed" or (layout == "auto" and dtype == FP8_DTYPE)
+    return layout == "transposed" or (layout == "auto" and dtype in V_TRANSPOSED_BY_DEFAULT)
 
 
 def as_v_layout(storage: torch.Tensor, layout: str = "auto") -> torch.Tensor:
