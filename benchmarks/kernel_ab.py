@@ -127,7 +127,7 @@ def fp8_ab(t16: AttentionTimer, t8: AttentionTimer) -> list[dict]:
     return rows
 
 
-# fp8 decodes over V stored transposed per block (the shipped layout) and over token-major V
+# fp8 decodes over V stored transposed per block and over token-major V
 LAYOUT_SHAPES = ((64, 4096), (16, 16384), (128, 2048), (256, 1024), (32, 8192), (1, 4096))
 LAYOUT_VARIANTS = {
     "tab64w1s3": DecodeConfig(block_n=64, num_warps=1, num_stages=3, pipeline="table_asm"),
@@ -138,7 +138,7 @@ LAYOUT_VARIANTS = {
 
 def fp8_layout_ab(t16: AttentionTimer, t8: AttentionTimer, t8tm: AttentionTimer
                   ) -> list[dict]:
-    """The fp8 decode over transposed V (`t8`, the default layout; `fp8`, and `fp8_<variant>`
+    """The fp8 decode over transposed V (`t8`; `fp8`, and `fp8_<variant>`
     for LAYOUT_VARIANTS) against the same values stored token-major (`t8tm`: `fp8_tm`) and
     shipped bf16, alternated; then extends, a prefill and reshape_and_cache in both layouts.
     `*_x` = shipped bf16 time / that version's; `fp8_tbps` counts fp8 bytes."""

@@ -6,10 +6,12 @@ each block, `[num_blocks, num_kv_heads, head_size, block_size]` in memory, seen 
 permuted view of the same logical shape, so torch code (references, swaps, validation reads)
 indexes it as it indexes K. In that layout a block's tokens of one (head, dimension) are
 contiguous and a V tile enters `P @ V`, which contracts over tokens, as K enters `q @ K^T`:
-the attention kernel loads each block's `[head_size, block_size]` slice as its own axis. fp8
-caches are allocated that way by default (`V_TRANSPOSED_BY_DEFAULT`): on the H200 their decode
-is bound by instruction issue, and the widened token-major V tile makes a second trip through
-shared memory to reach the dot's operand layout (benchmarks/RESULTS.md, issue 16).
+the attention kernel loads each block's `[head_size, block_size]` slice as its own axis. It is
+meant for fp8 caches: on the H200 their decode is bound by instruction issue, and the widened
+token-major V tile makes a second trip through shared memory to reach the dot's operand layout
+(benchmarks/RESULTS.md, issue 16: 8-9 % faster in the fp8_vt experiment). Until the shipped
+kernel has been timed and tested on a GPU in this layout, "auto" allocates every V token-major
+(`V_TRANSPOSED_BY_DEFAULT` is empty); ask for "transposed" explicitly.
 
 A transposed V cannot be read as smaller kernel blocks (`launch.kernel_block_view`): a kernel
 block's tokens are not one stride apart from the next block's.
@@ -21,7 +23,8 @@ import torch
 
 FP8_DTYPE = torch.float8_e4m3fn
 V_LAYOUTS = ("auto", "token_major", "transposed")
-V_TRANSPOSED_BY_DEFAULT = frozenset({FP8_DTYPE})  # cache dtypes whose V "auto" transposes
+# cache dtypes whose V "auto" transposes: fp8 once the layout has run on a GPU
+V_TRANSPOSED_BY_DEFAULT: frozenset[torch.dtype] = frozenset()
 
 
 def is_transposed_v(v_cache: torch.Tensor) -> bool:

@@ -5,7 +5,7 @@ vLLM: "auto" = the model dtype, "bf16", "fp16" or "fp8", e4m3 with per-tensor sc
 builds the calls of one step's attention: decode batches (any context lengths, ragged too),
 extends (new tokens over cached prefixes) and mixed batches (decodes plus prefill chunks in one
 launch). Block tables are random permutations of the cache's blocks. V is laid out as
-`v_layout` says (kernels/cache_layout.py: fp8 transposed per block by default). `*_us` return
+`v_layout` says (kernels/cache_layout.py; "auto" follows V_TRANSPOSED_BY_DEFAULT). `*_us` return
 the median microseconds of `triton.testing.do_bench` (L2 flushed before every run).
 """
 

@@ -162,8 +162,8 @@ class Engine:
                     flat[start : start + n] = quantize(x.normal_(generator=gen), scale)
 
     def cache(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(K, V) cache `[num_blocks, block_size, kv_heads, head_dim]` of `layer`; an fp8 V
-        is stored transposed per block (kernels/cache_layout.py)."""
+        """(K, V) cache `[num_blocks, block_size, kv_heads, head_dim]` of `layer`; V laid out
+        as cache_layout.V_TRANSPOSED_BY_DEFAULT says for its dtype."""
         pair = self.kv[layer % self.kv.shape[0]]
         return pair[0], as_v_layout(pair[1])
 

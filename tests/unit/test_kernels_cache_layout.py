@@ -19,6 +19,7 @@ if not torch.cuda.is_available():
 from kernels.attention import paged_attention
 from kernels.attention_plan import Shape, make_plan
 from kernels.cache_layout import (
+    V_TRANSPOSED_BY_DEFAULT,
     cache_rows,
     is_transposed_v,
     new_kv_cache,
@@ -57,15 +58,16 @@ def _fp8_case(lens, block_size, head_size=64):
 
 
 def test_layout_helpers():
-    """fp8 V is allocated transposed by default, 16-bit V token-major; rows read and written
+    """V is allocated as asked ("auto": as V_TRANSPOSED_BY_DEFAULT says); rows read and written
     through either layout agree; a transposed V refuses smaller kernel blocks."""
-    k, v = new_kv_cache(5, 16, 2, 32, FP8_DTYPE)
+    k, v = new_kv_cache(5, 16, 2, 32, FP8_DTYPE, v_layout="transposed")
     assert is_transposed_v(v) and not is_transposed_v(k) and v.shape == k.shape
     assert v.stride() == (16 * 2 * 32, 1, 32 * 16, 16)
     assert not is_transposed_v(new_kv_cache(5, 16, 2, 32, torch.bfloat16)[1])
     assert is_transposed_v(new_kv_cache(5, 16, 2, 32, torch.bfloat16, v_layout="transposed")[1])
     assert not is_transposed_v(new_kv_cache(5, 16, 2, 32, FP8_DTYPE, v_layout="token_major")[1])
-    assert v_transposed_for(FP8_DTYPE) and not v_transposed_for(torch.float16)
+    assert v_transposed_for(FP8_DTYPE) == (FP8_DTYPE in V_TRANSPOSED_BY_DEFAULT)
+    assert not v_transposed_for(torch.float16) and v_transposed_for(FP8_DTYPE, "transposed")
     with pytest.raises(ValueError, match="v_layout 'hnd'"):
         v_transposed_for(FP8_DTYPE, "hnd")
     tm = torch.randn(5, 16, 2, 32).to(FP8_DTYPE)
