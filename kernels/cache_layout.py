@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import torch
 
-FP8_DTYPE = torch.float8_e4m3fn
 V_LAYOUTS = ("auto", "token_major", "transposed")
 # cache dtypes whose V "auto" transposes: fp8 once the layout has run on a GPU
 V_TRANSPOSED_BY_DEFAULT: frozenset[torch.dtype] = frozenset()
@@ -60,16 +59,11 @@ def as_v_layout(storage: torch.Tensor, layout: str = "auto") -> torch.Tensor:
 
 def new_kv_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
                  dtype: torch.dtype, device: torch.device | str = "cpu", *,
-                 v_layout: str = "auto", fill: float | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """An uninitialised (or `fill`ed) (K, V) pair, V laid out as `v_layout` says."""
+                 v_layout: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """An uninitialised (K, V) pair, V laid out as `v_layout` says."""
     shape = (num_blocks, block_size, num_kv_heads, head_size)
     k = torch.empty(shape, dtype=dtype, device=device)
-    v = as_v_layout(torch.empty(shape, dtype=dtype, device=device), v_layout)
-    if fill is not None:
-        k.fill_(fill)
-        v.fill_(fill)
-    return k, v
+    return k, as_v_layout(torch.empty(shape, dtype=dtype, device=device), v_layout)
 
 
 def cache_rows(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -77,7 +71,7 @@ def cache_rows(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     offset) in either layout, without copying the whole cache as a reshape of a transposed V
     would."""
     block = cache.shape[1]
-    if cache.element_size() == 1:  # fp8: index the bytes (torch's CPU indexing lacks fp8)
+    if cache.element_size() == 1:  # fp8: index its bytes, as kernels/swap.py does
         return cache.view(torch.uint8)[slots // block, slots % block].view(cache.dtype)
     return cache[slots // block, slots % block]
 
